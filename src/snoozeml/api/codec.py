@@ -1,0 +1,200 @@
+"""One tensor codec: Open Inference Protocol tensors (JSON today) <-> numpy arrays.
+
+Decoding checks what can be checked without the model (known datatype, shape well formed,
+element count, data of the right kind); engine/validate.py checks the rest against the model.
+Every problem is an InvalidInput naming the tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from snoozeml.datatypes import OIP_TO_NUMPY
+from snoozeml.engine.request import (
+    InferInput,
+    InferOutput,
+    InferRequest,
+    InferResponse,
+    Parameters,
+    RequestedOutput,
+)
+from snoozeml.errors import InvalidInput
+
+_INT_KINDS = "iu"
+_FLOAT_KINDS = "iuf"
+
+
+# --- request ------------------------------------------------------------------------------
+
+
+def _parameters(value: object, where: str) -> Parameters:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{where}: 'parameters' must be an object")
+    return value
+
+
+def parse_shape(value: object, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise InvalidInput(
+            f"input {name!r}: 'shape' must be a list of non-negative integers, got {value!r}"
+        )
+    return tuple(value)
+
+
+def parse_datatype(value: object, name: str) -> str:
+    if not isinstance(value, str) or value not in OIP_TO_NUMPY:
+        raise InvalidInput(
+            f"input {name!r}: unknown datatype {value!r}; expected one of {sorted(OIP_TO_NUMPY)}"
+        )
+    return value
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    flat: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    """The numpy array for one JSON tensor; `data` may be nested or flat (row-major)."""
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        flat = _flatten(data)
+        if not all(isinstance(v, str) for v in flat):
+            raise InvalidInput(f"input {name!r}: data for BYTES must be strings")
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [v.encode("utf-8") for v in flat]
+    elif datatype == "BF16":
+        raise InvalidInput(
+            f"input {name!r}: BF16 has no JSON form; send it with the binary tensor extension"
+        )
+    else:
+        dtype = OIP_TO_NUMPY[datatype]
+        try:
+            raw = np.asarray(data if isinstance(data, list) else [data])
+        except (ValueError, TypeError, OverflowError):
+            raise InvalidInput(
+                f"input {name!r}: data must be a (nested) list of {datatype} values of equal "
+                "length per dimension"
+            ) from None
+        kind = raw.dtype.kind
+        if raw.size and datatype == "BOOL" and kind != "b":
+            raise InvalidInput(f"input {name!r}: data for BOOL must be true/false")
+        if raw.size and dtype.kind in _INT_KINDS and kind not in _INT_KINDS:
+            raise InvalidInput(f"input {name!r}: data for {datatype} must be integers")
+        if raw.size and dtype.kind == "f" and kind not in _FLOAT_KINDS:
+            raise InvalidInput(f"input {name!r}: data for {datatype} must be numbers")
+        if raw.size and dtype.kind in _INT_KINDS:
+            info = np.iinfo(dtype)  # type: ignore[type-var]
+            if raw.min() < info.min or raw.max() > info.max:
+                raise InvalidInput(f"input {name!r}: a value is out of range for {datatype}")
+        array = raw.astype(dtype, copy=False).reshape(-1)
+    if array.size != count:
+        raise InvalidInput(
+            f"input {name!r}: shape {list(shape)} needs {count} elements, data has {array.size}"
+        )
+    return array.reshape(shape)
+
+
+def decode_json_request(doc: object) -> InferRequest:
+    """An InferRequest from a parsed JSON body (inputs with inline `data`)."""
+    if not isinstance(doc, dict):
+        raise InvalidInput("request body must be a JSON object")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise InvalidInput("request needs a non-empty 'inputs' list")
+    inputs: list[InferInput] = []
+    for position, raw in enumerate(raw_inputs):
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise InvalidInput(f"inputs[{position}] must be an object with a string 'name'")
+        name: str = raw["name"]
+        shape = parse_shape(raw.get("shape"), name)
+        datatype = parse_datatype(raw.get("datatype"), name)
+        parameters = _parameters(raw.get("parameters"), f"input {name!r}")
+        if "data" not in raw:
+            raise InvalidInput(f"input {name!r} has no 'data'")
+        array = json_to_array(name, datatype, shape, raw["data"])
+        inputs.append(InferInput(name, datatype, shape, array, parameters))
+    return InferRequest(
+        inputs=inputs,
+        outputs=_requested_outputs(doc.get("outputs")),
+        id=_request_id(doc.get("id")),
+        parameters=_parameters(doc.get("parameters"), "request"),
+    )
+
+
+def _request_id(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput("'id' must be a string")
+    return value
+
+
+def _requested_outputs(value: object) -> list[RequestedOutput] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidInput("'outputs' must be a list of {\"name\": ...} objects")
+    outputs = []
+    for position, raw in enumerate(value):
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise InvalidInput(f"outputs[{position}] must be an object with a string 'name'")
+        outputs.append(
+            RequestedOutput(raw["name"], _parameters(raw.get("parameters"), "output"))
+        )
+    return outputs or None
+
+
+# --- response -----------------------------------------------------------------------------
+
+
+def array_to_json_data(datatype: str, array: np.ndarray) -> Any:
+    """Flat row-major JSON data for a tensor (orjson serialises numpy arrays natively)."""
+    flat = array.reshape(-1)
+    if datatype == "BYTES":
+        return [
+            v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in flat
+        ]
+    if datatype == "BF16":
+        return (flat.astype(np.uint32) << 16).view(np.float32)
+    return np.ascontiguousarray(flat)
+
+
+def encode_json_response(response: InferResponse) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+    }
+    if response.id is not None:
+        body["id"] = response.id
+    if response.parameters:
+        body["parameters"] = response.parameters
+    body["outputs"] = [_encode_output(out) for out in response.outputs]
+    return body
+
+
+def _encode_output(output: InferOutput) -> dict[str, Any]:
+    return {
+        "name": output.name,
+        "datatype": output.datatype,
+        "shape": list(output.shape),
+        "data": array_to_json_data(output.datatype, output.data),
+    }

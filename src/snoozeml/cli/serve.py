@@ -1,0 +1,76 @@
+"""`snooze serve`: load models.toml and run the daemon until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from snoozeml.config import Config, load_config
+from snoozeml.errors import ConfigError
+from snoozeml.logs import configure_logging
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
+    return value
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("serve", help="run the inference daemon")
+    parser.add_argument("-c", "--config", type=Path, default=Path("models.toml"),
+                        help="models.toml to serve (default: ./models.toml)")
+    parser.add_argument("--host", help="address to listen on (overrides [server].host)")
+    parser.add_argument("--http-port", type=_port, help="HTTP port; 0 picks a free one")
+    parser.add_argument("--grpc-port", type=_port, help="gRPC port; 0 picks a free one")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(handler=run)
+
+
+def _apply_flags(config: Config, args: argparse.Namespace) -> Config:
+    overrides = {
+        key: value
+        for key, value in (
+            ("host", args.host),
+            ("http_port", args.http_port),
+            ("grpc_port", args.grpc_port),
+            ("log_level", args.log_level),
+        )
+        if value is not None
+    }
+    if not overrides:
+        return config
+    return config.model_copy(update={"server": config.server.model_copy(update=overrides)})
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = _apply_flags(load_config(args.config, os.environ), args)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"snooze: {problem}", file=sys.stderr)
+        print(f"snooze: invalid configuration ({len(exc.problems)} problem(s)); not starting",
+              file=sys.stderr)
+        return 2
+    configure_logging(config.server.log_level)
+
+    from snoozeml.server import Daemon  # the heavy imports only once the config is valid
+
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvicorn[standard] brings uvloop on Linux/macOS
+        pass
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(Daemon(config).run())

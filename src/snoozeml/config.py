@@ -1,0 +1,258 @@
+"""Typed settings from models.toml, with `SNOOZE_*` environment overrides.
+
+`load_config` either returns a fully validated `Config` or raises `ConfigError` with one line per
+problem, each naming the key and, where the file says, its line: `models.toml:12: models[1].
+idle_timeout: invalid duration 'abc' (...)`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from snoozeml.errors import ConfigError
+from snoozeml.units import parse_duration, parse_size
+
+Duration = Annotated[float, BeforeValidator(lambda v: parse_duration(v))]
+DurationOrNever = Annotated[
+    float | None, BeforeValidator(lambda v: parse_duration(v, allow_never=True))
+]
+Size = Annotated[int, BeforeValidator(lambda v: parse_size(v))]
+Budget = Annotated[float | int, BeforeValidator(lambda v: parse_size(v, allow_percent=True))]
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MemoryConfig(_Section):
+    host_budget: Budget = 0.8
+    gpu_budget: Budget = 0.9
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    grpc_port: int = Field(default=8081, ge=0, le=65535)
+    idle_timeout: DurationOrNever = 300.0
+    load_timeout: Duration = 300.0
+    drain_timeout: Duration = 30.0
+    max_request_size: Size = 64 * 1024 * 1024
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    memory: MemoryConfig = MemoryConfig()
+
+
+class ModelConfig(_Section):
+    name: str
+    path: Path
+    format: Literal["onnx", "torch"] | None = None
+    device: str = "auto"
+    # None in the file means "inherit from [server]"; `never` pins. Resolved by load_config.
+    idle_timeout: DurationOrNever = None
+    load_timeout: Duration | None = None
+    preload: bool = False
+    intra_op_threads: int = Field(default=1, ge=0, le=1024)
+    tensorrt: bool = False
+
+
+class Config(_Section):
+    server: ServerConfig = ServerConfig()
+    models: list[ModelConfig] = []
+    # Where the file lives; model paths are resolved against it.
+    source: Path | None = None
+
+
+# --- environment overrides -------------------------------------------------------------
+
+_ENV_KEYS: dict[str, tuple[str, ...]] = {
+    "SNOOZE_HOST": ("host",),
+    "SNOOZE_HTTP_PORT": ("http_port",),
+    "SNOOZE_GRPC_PORT": ("grpc_port",),
+    "SNOOZE_IDLE_TIMEOUT": ("idle_timeout",),
+    "SNOOZE_LOAD_TIMEOUT": ("load_timeout",),
+    "SNOOZE_DRAIN_TIMEOUT": ("drain_timeout",),
+    "SNOOZE_MAX_REQUEST_SIZE": ("max_request_size",),
+    "SNOOZE_LOG_LEVEL": ("log_level",),
+    "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
+    "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),
+}
+
+
+def _apply_env(server: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """Write SNOOZE_* values into the raw [server] table; returns key path -> variable name."""
+    origins: dict[str, str] = {}
+    for var, path in _ENV_KEYS.items():
+        if var not in environ:
+            continue
+        table = server
+        for part in path[:-1]:
+            inner = table.get(part)
+            if not isinstance(inner, dict):
+                inner = {}
+                table[part] = inner
+            table = inner
+        value: Any = environ[var]
+        if path[-1] == "log_level":
+            value = value.lower()
+        table[path[-1]] = value
+        origins[".".join(("server", *path))] = var
+    return origins
+
+
+# --- locating keys in the file ---------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"'. ]+?)\s*=")
+
+
+def _index_lines(text: str) -> dict[tuple[str | int, ...], int]:
+    """Map key paths like ("models", 1, "idle_timeout") to the 1-based line defining them."""
+    index: dict[tuple[str | int, ...], int] = {}
+    arrays: dict[tuple[str | int, ...], int] = {}
+    table: tuple[str | int, ...] = ()
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            names = [part.strip().strip("\"'") for part in header.group(2).split(".")]
+            path: tuple[str | int, ...] = ()
+            for name in names[:-1]:
+                path = (*path, name)
+                if path in arrays:
+                    path = (*path, arrays[path])
+            path = (*path, names[-1])
+            if header.group(1) == "[[":
+                arrays[path] = arrays.get(path, -1) + 1
+                path = (*path, arrays[path])
+            table = path
+            index.setdefault(table, lineno)
+            continue
+        key = _KEY.match(line)
+        if key and not line.lstrip().startswith("#"):
+            parts = tuple(part.strip().strip("\"'") for part in key.group(1).split("."))
+            index.setdefault((*table, *parts), lineno)
+    return index
+
+
+def _line_of(index: dict[tuple[str | int, ...], int], loc: tuple[str | int, ...]) -> int | None:
+    for end in range(len(loc), 0, -1):
+        if loc[:end] in index:
+            return index[loc[:end]]
+    return None
+
+
+def _dotted(loc: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "missing required key"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read, validate and resolve a models.toml. Raises ConfigError listing every problem."""
+    environ = os.environ if environ is None else environ
+    label = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{label}: cannot read config: {exc.strerror or exc}"]) from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{label}: invalid TOML: {exc}"]) from exc
+    return parse_config(raw, text=text, source=path.resolve(), environ=environ, label=label)
+
+
+def parse_config(
+    raw: dict[str, Any],
+    *,
+    text: str = "",
+    source: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    label: str = "config",
+) -> Config:
+    """Validate an already-parsed TOML document (see load_config)."""
+    environ = os.environ if environ is None else environ
+    index = _index_lines(text)
+    problems: list[str] = []
+
+    def problem(loc: tuple[str | int, ...], message: str, origin: str | None = None) -> None:
+        where = f"{label}:{line}" if (line := _line_of(index, loc)) and not origin else label
+        via = f" (from ${origin})" if origin else ""
+        problems.append(f"{where}: {_dotted(loc)}{via}: {message}")
+
+    server_raw = raw.get("server", {})
+    origins: dict[str, str] = {}
+    if isinstance(server_raw, dict):
+        server_raw = dict(server_raw)
+        if isinstance(server_raw.get("memory"), dict):
+            server_raw["memory"] = dict(server_raw["memory"])
+        origins = _apply_env(server_raw, environ)
+        raw = {**raw, "server": server_raw}
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            problem(loc, _describe(error), origins.get(_dotted(loc)))
+        raise ConfigError(problems) from exc
+
+    base = source.parent if source else Path.cwd()
+    seen: dict[str, int] = {}
+    models: list[ModelConfig] = []
+    for i, model in enumerate(config.models):
+        if not _NAME.match(model.name):
+            problem(("models", i, "name"), f"invalid model name {model.name!r} (letters, "
+                    "digits, '_', '-', '.'; starting with a letter or digit)")
+        if model.name in seen:
+            problem(("models", i, "name"), f"duplicate model name {model.name!r} "
+                    f"(first defined as models[{seen[model.name]}])")
+        seen.setdefault(model.name, i)
+        if not _DEVICE.match(model.device):
+            problem(("models", i, "device"), f"invalid device {model.device!r} "
+                    "(expected auto, cpu, cuda, cuda:N or mps)")
+        path = model.path if model.path.is_absolute() else base / model.path
+        fmt = model.format
+        if not path.exists():
+            problem(("models", i, "path"), f"no such file or folder: {path}")
+        elif fmt is None:
+            if path.is_file() and path.suffix == ".onnx":
+                fmt = "onnx"
+            elif path.is_dir() or path.suffix == ".safetensors":
+                fmt = "torch"
+            else:
+                problem(("models", i, "path"), f"cannot tell the format of {path} "
+                        "(expected a .onnx file, a .safetensors file or a model folder)")
+        fields = model.model_fields_set
+        models.append(model.model_copy(update={
+            "path": path,
+            "format": fmt,
+            "idle_timeout": model.idle_timeout if "idle_timeout" in fields
+            else config.server.idle_timeout,
+            "load_timeout": model.load_timeout if model.load_timeout is not None
+            else config.server.load_timeout,
+        }))
+    if problems:
+        raise ConfigError(problems)
+    return config.model_copy(update={"models": models, "source": source})

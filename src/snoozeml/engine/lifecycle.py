@@ -1,0 +1,59 @@
+"""Model lifecycle: the states, the events, and the one pure transition table.
+
+    UNLOADED --load--> LOADING --loaded--> READY --unload--> UNLOADING --unloaded--> UNLOADED
+                          |                                                             ^
+                          +--load_failed--> FAILED --load--> LOADING                    |
+                                              +------------unload-----------------------+
+
+Invariant: a model has an instance exactly when it is READY or UNLOADING.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    UNLOADED = "UNLOADED"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    FAILED = "FAILED"
+
+
+class Event(StrEnum):
+    LOAD = "load"
+    LOADED = "loaded"
+    LOAD_FAILED = "load_failed"
+    UNLOAD = "unload"
+    UNLOADED = "unloaded"
+
+
+class InvalidTransition(RuntimeError):
+    """A bug: the engine asked for a move the table does not allow."""
+
+
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (State.UNLOADED, Event.LOAD): State.LOADING,
+    (State.FAILED, Event.LOAD): State.LOADING,
+    (State.LOADING, Event.LOADED): State.READY,
+    (State.LOADING, Event.LOAD_FAILED): State.FAILED,
+    (State.READY, Event.UNLOAD): State.UNLOADING,
+    (State.UNLOADING, Event.UNLOADED): State.UNLOADED,
+    (State.FAILED, Event.UNLOAD): State.UNLOADED,
+}
+
+
+def transition(state: State, event: Event) -> State:
+    """The state after `event`; raises InvalidTransition for a move the table lacks."""
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTransition(f"no transition from {state.value} on {event.value}") from None
+
+
+def load_backoff(failures: int, base: float = 1.0, cap: float = 300.0) -> float:
+    """Seconds to wait before retrying after `failures` consecutive failed loads (1 s doubling)."""
+    if failures <= 0:
+        return 0.0
+    return min(base * 2.0 ** (failures - 1), cap)

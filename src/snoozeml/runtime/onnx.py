@@ -1,0 +1,101 @@
+"""ONNX models through onnxruntime.
+
+Sessions are created from the file path, never from bytes: a session built from bytes keeps a
+copy of them for its whole life, doubling the model's memory.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from snoozeml.config import ModelConfig
+from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
+from snoozeml.logs import log_event
+
+PLATFORM = "onnxruntime_onnx"
+
+
+def _dim(value: object) -> int:
+    # onnxruntime reports symbolic dims as strings and unknown ones as None.
+    return value if isinstance(value, int) and value >= 0 else -1
+
+
+def _spec(arg: ort.NodeArg) -> TensorSpec:
+    datatype = ONNX_TO_OIP.get(arg.type)
+    if datatype is None:
+        raise RuntimeError(f"tensor {arg.name!r} has type {arg.type}, which has no OIP datatype")
+    return TensorSpec(arg.name, datatype, tuple(_dim(d) for d in arg.shape))
+
+
+def providers_for(device: str, tensorrt: bool, available: Sequence[str]) -> list[object]:
+    """Execution providers for `device`, best first; CPU is always the last resort."""
+    wanted: list[object] = []
+    if device.startswith("cuda") or device == "auto":
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        if tensorrt:
+            wanted.append(("TensorrtExecutionProvider", {"device_id": index}))
+        wanted.append(("CUDAExecutionProvider", {"device_id": index}))
+    if device in ("mps", "auto") and sys.platform == "darwin":
+        wanted.append("CoreMLExecutionProvider")
+    chosen = [p for p in wanted if (p[0] if isinstance(p, tuple) else p) in available]
+    missing = [p[0] if isinstance(p, tuple) else p for p in wanted if p not in chosen]
+    if missing and device != "auto":
+        log_event("provider_unavailable", 30, device=device, missing=",".join(map(str, missing)),
+                  fallback="CPUExecutionProvider")
+    return [*chosen, "CPUExecutionProvider"]
+
+
+class OnnxInstance:
+    def __init__(self, name: str, session: ort.InferenceSession) -> None:
+        self._session = session
+        self._metadata = ModelMetadata(
+            name=name,
+            platform=PLATFORM,
+            inputs=tuple(_spec(a) for a in session.get_inputs()),
+            outputs=tuple(_spec(a) for a in session.get_outputs()),
+        )
+        self._string_inputs = {s.name for s in self._metadata.inputs if s.datatype == "BYTES"}
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self._metadata
+
+    def run_blocking(
+        self, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
+    ) -> dict[str, np.ndarray]:
+        feed = inputs
+        if self._string_inputs:
+            # onnxruntime wants str objects for string tensors; the wire carries bytes.
+            feed = dict(inputs)
+            for name in self._string_inputs & feed.keys():
+                feed[name] = _as_str_array(feed[name])
+        names = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
+        results = self._session.run(names, feed)
+        return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
+
+    def close(self) -> None:
+        del self._session
+
+
+def _as_str_array(array: np.ndarray) -> np.ndarray:
+    flat = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
+            for v in array.reshape(-1)]
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+class OnnxBackend:
+    def load_blocking(self, spec: ModelConfig) -> OnnxInstance:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = spec.intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        # Spinning worker threads would steal the event loop's core between requests.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = providers_for(spec.device, spec.tensorrt, ort.get_available_providers())
+        session = ort.InferenceSession(str(spec.path), sess_options=options, providers=providers)
+        return OnnxInstance(spec.name, session)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from daemon import Daemon, write_config  # noqa: E402
+
+DaemonFactory = Callable[..., Daemon]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[DaemonFactory]:
+    """Start real daemons on a models.toml body written into tmp_path; all stopped at the end."""
+    started: list[Daemon] = []
+
+    def start(config_body: str, args: Sequence[str] = (), env: dict[str, str] | None = None,
+              directory: Path | None = None) -> Daemon:
+        config = write_config(directory or tmp_path, config_body)
+        daemon = Daemon(config, args, env)
+        started.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in started:
+        daemon.stop()
