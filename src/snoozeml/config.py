@@ -51,6 +51,12 @@ class ServerConfig(_Section):
     memory: MemoryConfig = MemoryConfig()
 
 
+class BatchingConfig(_Section):
+    max_batch_size: int = Field(default=32, ge=0)
+    max_delay: Duration = 0.0
+    max_queue: int = Field(default=1024, ge=1)
+
+
 class ModelConfig(_Section):
     name: str
     path: Path
@@ -62,6 +68,7 @@ class ModelConfig(_Section):
     preload: bool = False
     intra_op_threads: int = Field(default=1, ge=0, le=1024)
     tensorrt: bool = False
+    batching: BatchingConfig = BatchingConfig()
 
 
 class Config(_Section):

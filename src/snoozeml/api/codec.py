@@ -72,6 +72,16 @@ def _flatten(data: Any) -> list[Any]:
     return flat
 
 
+def _wide_ints(name: str, datatype: str, dtype: np.dtype[np.generic], data: Any) -> np.ndarray:
+    flat = _flatten(data)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        raise InvalidInput(f"input {name!r}: data for {datatype} must be integers")
+    info = np.iinfo(dtype)  # type: ignore[type-var]
+    if any(v < info.min or v > info.max for v in flat):
+        raise InvalidInput(f"input {name!r}: a value is out of range for {datatype}")
+    return np.array(flat, dtype=dtype)
+
+
 def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """The numpy array for one JSON tensor; `data` may be nested or flat (row-major)."""
     count = math.prod(shape)
@@ -94,6 +104,10 @@ def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -
                 f"input {name!r}: data must be a (nested) list of {datatype} values of equal "
                 "length per dimension"
             ) from None
+        if raw.dtype.kind in "fO" and dtype.kind in _INT_KINDS:
+            # Python ints beyond int64 (UINT64's upper half) make numpy fall back to float64
+            # or objects; check the elements themselves instead.
+            raw = _wide_ints(name, datatype, dtype, data)
         kind = raw.dtype.kind
         if raw.size and datatype == "BOOL" and kind != "b":
             raise InvalidInput(f"input {name!r}: data for BOOL must be true/false")

@@ -7,6 +7,7 @@ domain errors become their status from api/errors.py, anything else a logged 500
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -145,7 +146,20 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
         name, version = model_args(request)
         body = await read_body(request, max_request_size)
         decoded = decode_json_request(parse_json(body))
-        response = await service.infer(name, version, decoded)
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, task))
+        try:
+            response = await service.infer(name, version, decoded)
+        except asyncio.CancelledError:
+            if watcher.done() and not watcher.cancelled() and watcher.result():
+                # The client went away: its request left the queue unrun; nobody to answer.
+                task.uncancel()
+                log_event("client_disconnected", logging.DEBUG, model=name)
+                return Response(status_code=499)
+            raise
+        finally:
+            watcher.cancel()
         return json_response(encode_json_response(response))
 
     route("/v2/models/{name}", "GET", model_metadata, "/v2/models/{name}/versions/{version}")
@@ -192,6 +206,16 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
 
     app.add_exception_handler(StarletteHTTPException, http_error)
     return app
+
+
+async def _cancel_on_disconnect(request: Request, task: asyncio.Task[Any]) -> bool:
+    """Once the body has been read, the next ASGI message is a disconnect: when it is one
+    before we answered, cancel the request so it leaves the batch queue without running."""
+    message = await request.receive()
+    if message.get("type") == "http.disconnect":
+        task.cancel()
+        return True
+    return False
 
 
 def _spec_json(spec: Any) -> dict[str, Any]:

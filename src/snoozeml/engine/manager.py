@@ -18,7 +18,7 @@ from snoozeml.engine.memory import host_total, process_rss
 from snoozeml.engine.model import Model, describe_exception
 from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.validate import check_request
-from snoozeml.errors import ModelNotFound, SnoozeError
+from snoozeml.errors import InvalidInput, ModelNotFound, SnoozeError
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, backend_for
 
@@ -120,13 +120,14 @@ class InferenceService:
         model = self.manager.get(name, version)
         model.stats.requests += 1
         try:
-            instance = await model.acquire()
+            timeout = _timeout_seconds(request.parameters)
+            replica = await model.acquire()
             try:
-                metadata = instance.metadata
+                metadata = replica.metadata
                 check_request(request, metadata)
                 inputs = {tensor.name: tensor.data for tensor in request.inputs}
                 wanted = [out.name for out in request.outputs] if request.outputs else None
-                results = await model.run(instance, inputs, wanted)
+                results = await model.run(replica, inputs, wanted, timeout)
             finally:
                 model.release()
         except BaseException:
@@ -174,7 +175,7 @@ class InferenceService:
                 "reason": model.reason,
                 "replicas": 1 if model.state in (State.READY, State.UNLOADING) else 0,
                 "in_flight": model.in_flight,
-                "queued": 0,
+                "queued": model.queued,
                 "last_used": _iso(model.last_used),
                 "expires_at": _iso(now + expires_in) if expires_in is not None else None,
                 "idle_timeout_s": model.spec.idle_timeout,
@@ -184,6 +185,7 @@ class InferenceService:
                 "load_failures": stats.load_failures,
                 "requests": stats.requests,
                 "errors": stats.errors,
+                "batching": _batching_status(model),
             })
         return {
             "server": {
@@ -201,6 +203,29 @@ class InferenceService:
             }],
             "models": models,
         }
+
+
+def _timeout_seconds(parameters: dict[str, Any]) -> float | None:
+    """The OIP `timeout` request parameter (microseconds) in seconds; 0 means none, as in
+    Triton."""
+    value = parameters.get("timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput("parameter 'timeout' must be a non-negative integer of microseconds")
+    return value / 1e6 if value else None
+
+
+def _batching_status(model: Model) -> dict[str, Any]:
+    policy = model.batch_policy
+    conf = model.spec.batching
+    return {
+        "enabled": policy.enabled if policy else conf.max_batch_size > 1,
+        "max_batch_size": conf.max_batch_size,
+        "max_delay_s": conf.max_delay,
+        "max_queue": conf.max_queue,
+        **model.stats.batching.snapshot(),
+    }
 
 
 def _iso(stamp: float | None) -> str | None:

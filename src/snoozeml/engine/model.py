@@ -14,15 +14,22 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
+from snoozeml.engine.batching import Batcher, BatchPolicy, BatchStats, batching_blocker
 from snoozeml.engine.lifecycle import Event, State, load_backoff, transition
 from snoozeml.engine.memory import process_rss, release_memory_blocking
-from snoozeml.errors import BackendError, InvalidInput, LoadTimeout, ModelLoadFailed
+from snoozeml.errors import (
+    BackendError,
+    InvalidInput,
+    LoadTimeout,
+    ModelLoadFailed,
+    SnoozeError,
+)
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, Instance
 
@@ -38,6 +45,20 @@ class ModelStats:
     last_load_ms: float | None = None
     measured_bytes: int | None = None
     freed_bytes: int | None = None
+    batching: BatchStats = field(default_factory=BatchStats)
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    """A loaded instance with its worker thread and batch queue; what a lease hands out."""
+
+    instance: Instance
+    worker: ThreadPoolExecutor
+    batcher: Batcher
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self.instance.metadata
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -69,8 +90,8 @@ class Model:
         self._error: str | None = None
         self._failures = 0
         self._retry_at = 0.0
-        self._instance: Instance | None = None
-        self._worker: ThreadPoolExecutor | None = None
+        self._replica: Replica | None = None
+        self._policy: BatchPolicy | None = None
         self._metadata: ModelMetadata | None = None
         self._load_task: asyncio.Task[None] | None = None
         self._unload_task: asyncio.Task[None] | None = None
@@ -105,6 +126,15 @@ class Model:
     def cached_metadata(self) -> ModelMetadata | None:
         return self._metadata
 
+    @property
+    def queued(self) -> int:
+        return self._replica.batcher.queued if self._replica else 0
+
+    @property
+    def batch_policy(self) -> BatchPolicy | None:
+        """The policy in force (None until the first load decides whether batching applies)."""
+        return self._replica.batcher.policy if self._replica else self._policy
+
     def expires_in(self) -> float | None:
         """Seconds until the idle timer unloads the model, or None if it will not."""
         timeout = self.spec.idle_timeout
@@ -117,22 +147,22 @@ class Model:
 
     # --- leases -----------------------------------------------------------------------
 
-    async def acquire(self) -> Instance:
-        """Take a lease on a loaded instance, loading the model first if needed."""
-        instance = self._instance
-        if self._state is State.READY and instance is not None:
+    async def acquire(self) -> Replica:
+        """Take a lease on a loaded replica, loading the model first if needed."""
+        replica = self._replica
+        if self._state is State.READY and replica is not None:
             self._in_flight += 1
-            return instance
+            return replica
         return await self._acquire_slow()
 
-    async def _acquire_slow(self) -> Instance:
+    async def _acquire_slow(self) -> Replica:
         timeout = self.spec.load_timeout or 300.0
         deadline = self._clock() + timeout
         while True:
             state = self._state
-            if state is State.READY and self._instance is not None:
+            if state is State.READY and self._replica is not None:
                 self._in_flight += 1
-                return self._instance
+                return self._replica
             if state is State.UNLOADING and self._unload_task is not None:
                 await asyncio.shield(self._unload_task)
                 continue
@@ -196,13 +226,17 @@ class Model:
     # --- running ----------------------------------------------------------------------
 
     async def run(
-        self, instance: Instance, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
+        self,
+        replica: Replica,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str] | None,
+        queue_timeout: float | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run one request on the instance's worker thread. Caller holds a lease."""
-        worker = self._worker
-        loop = asyncio.get_running_loop()
+        """Run one validated request through the replica's batch queue. Caller holds a lease."""
         try:
-            return await loop.run_in_executor(worker, instance.run_blocking, inputs, outputs)
+            return await replica.batcher.submit(inputs, outputs, queue_timeout)
+        except SnoozeError:
+            raise
         except Exception as exc:
             if _is_invalid_argument(exc):
                 raise InvalidInput(f"model {self.name!r} rejected the input: {exc}") from exc
@@ -239,9 +273,14 @@ class Model:
             return
         ms = (self._clock() - started) * 1000.0
         measured = max(process_rss() - rss_before, 0)
-        self._instance = instance
         self._metadata = instance.metadata
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{self.name}")
+        worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{self.name}")
+        policy = self._policy = self._policy_for(instance.metadata)
+        batcher = Batcher(
+            self.name, instance.run_blocking, worker, policy, self.stats.batching, self._clock
+        )
+        batcher.start()
+        self._replica = Replica(instance, worker, batcher)
         self._failures = 0
         self._error = None
         self._reason = ""
@@ -252,6 +291,15 @@ class Model:
         self._last_release = self._clock()
         self._arm_idle_timer()
         log_event("model_loaded", model=self.name, ms=round(ms, 1), bytes=measured)
+
+    def _policy_for(self, metadata: ModelMetadata) -> BatchPolicy:
+        conf = self.spec.batching
+        policy = BatchPolicy(conf.max_batch_size, conf.max_delay, conf.max_queue)
+        if policy.enabled and (blocker := batching_blocker(metadata)) is not None:
+            if self._policy is None or self._policy.enabled:
+                log_event("batching_disabled", logging.WARNING, model=self.name, reason=blocker)
+            policy = BatchPolicy(0, conf.max_delay, conf.max_queue)
+        return policy
 
     async def load(self) -> None:
         """Load now (an explicit request): a FAILED model is retried without its backoff."""
@@ -293,13 +341,14 @@ class Model:
                 self._drained = asyncio.Event()
                 await self._drained.wait()
                 self._drained = None
-            instance, worker = self._instance, self._worker
-            self._instance = self._worker = None
+            replica, self._replica = self._replica, None
             rss_before = process_rss()
-            await asyncio.get_running_loop().run_in_executor(
-                self._loader, _close_blocking, instance, worker
-            )
-            del instance, worker
+            if replica is not None:
+                await replica.batcher.stop()
+                await asyncio.get_running_loop().run_in_executor(
+                    self._loader, _close_blocking, replica.instance, replica.worker
+                )
+            del replica
             freed = max(rss_before - process_rss(), 0)
             self.stats.freed_bytes = freed
             self._reason = reason
