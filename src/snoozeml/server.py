@@ -13,6 +13,7 @@ import socket
 
 import uvicorn
 
+from snoozeml.api.fastpath import InferenceRoute
 from snoozeml.api.rest import create_app
 from snoozeml.config import Config
 from snoozeml.engine.manager import InferenceService, ModelManager
@@ -41,7 +42,10 @@ class Daemon:
         self.manager = ModelManager(config)
         self.service = InferenceService(self.manager)
         server = config.server
-        app = create_app(self.service, server.max_request_size)
+        app = InferenceRoute(
+            create_app(self.service, server.max_request_size), self.service,
+            server.max_request_size,
+        )
         self._http = uvicorn.Server(uvicorn.Config(
             app,
             http="httptools",
@@ -50,6 +54,7 @@ class Daemon:
             log_level="warning",
             access_log=False,
             server_header=False,
+            proxy_headers=False,
             timeout_graceful_shutdown=max(int(server.drain_timeout), 1),
         ))
         self.http_port: int | None = None

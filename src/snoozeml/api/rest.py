@@ -7,7 +7,6 @@ domain errors become their status from api/errors.py, anything else a logged 500
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -17,7 +16,6 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from snoozeml.api.codec import decode_json_request, encode_json_response
 from snoozeml.api.errors import http_status, retry_after_header
 from snoozeml.engine.manager import InferenceService
 from snoozeml.engine.model import describe_exception
@@ -142,30 +140,10 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
         is_ready = service.model_ready(name, version)
         return json_response({"name": name, "ready": is_ready}, 200 if is_ready else 503)
 
-    async def infer(request: Request) -> Response:
-        name, version = model_args(request)
-        body = await read_body(request, max_request_size)
-        decoded = decode_json_request(parse_json(body))
-        task = asyncio.current_task()
-        assert task is not None
-        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, task))
-        try:
-            response = await service.infer(name, version, decoded)
-        except asyncio.CancelledError:
-            if watcher.done() and not watcher.cancelled() and watcher.result():
-                # The client went away: its request left the queue unrun; nobody to answer.
-                task.uncancel()
-                log_event("client_disconnected", logging.DEBUG, model=name)
-                return Response(status_code=499)
-            raise
-        finally:
-            watcher.cancel()
-        return json_response(encode_json_response(response))
-
     route("/v2/models/{name}", "GET", model_metadata, "/v2/models/{name}/versions/{version}")
     route("/v2/models/{name}/ready", "GET", model_ready,
           "/v2/models/{name}/versions/{version}/ready")
-    route("/v2/models/{name}/infer", "POST", infer, "/v2/models/{name}/versions/{version}/infer")
+    # POST /v2/models/{name}[/versions/{version}]/infer is served by api/fastpath.py.
 
     # --- repository -----------------------------------------------------------------------
 
@@ -206,16 +184,6 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
 
     app.add_exception_handler(StarletteHTTPException, http_error)
     return app
-
-
-async def _cancel_on_disconnect(request: Request, task: asyncio.Task[Any]) -> bool:
-    """Once the body has been read, the next ASGI message is a disconnect: when it is one
-    before we answered, cancel the request so it leaves the batch queue without running."""
-    message = await request.receive()
-    if message.get("type") == "http.disconnect":
-        task.cancel()
-        return True
-    return False
 
 
 def _spec_json(spec: Any) -> dict[str, Any]:
