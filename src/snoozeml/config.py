@@ -47,6 +47,7 @@ class ServerConfig(_Section):
     load_timeout: Duration = 300.0
     drain_timeout: Duration = 30.0
     max_request_size: Size = 64 * 1024 * 1024
+    grpc_max_message_size: Size = 64 * 1024 * 1024
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     memory: MemoryConfig = MemoryConfig()
 
@@ -88,6 +89,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_LOAD_TIMEOUT": ("load_timeout",),
     "SNOOZE_DRAIN_TIMEOUT": ("drain_timeout",),
     "SNOOZE_MAX_REQUEST_SIZE": ("max_request_size",),
+    "SNOOZE_GRPC_MAX_MESSAGE_SIZE": ("grpc_max_message_size",),
     "SNOOZE_LOG_LEVEL": ("log_level",),
     "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
     "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),

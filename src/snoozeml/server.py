@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 
+import grpc
 import uvicorn
 
 from snoozeml.api.fastpath import InferenceRoute
+from snoozeml.api.grpc import create_grpc_server
 from snoozeml.api.rest import create_app
 from snoozeml.config import Config
 from snoozeml.engine.manager import InferenceService, ModelManager
@@ -57,7 +60,9 @@ class Daemon:
             proxy_headers=False,
             timeout_graceful_shutdown=max(int(server.drain_timeout), 1),
         ))
+        self._grpc: grpc.aio.Server | None = None
         self.http_port: int | None = None
+        self.grpc_port: int | None = None
 
     def request_shutdown(self, signame: str) -> None:
         if self._http.should_exit:
@@ -66,7 +71,7 @@ class Daemon:
             return
         log_event("shutdown_requested", signal=signame,
                   drain_timeout_s=self.config.server.drain_timeout)
-        self.service.draining = True
+        self.service.start_draining()
         self._http.should_exit = True
 
     async def run(self) -> int:
@@ -82,26 +87,36 @@ class Daemon:
                       error=exc.strerror or str(exc))
             return 1
         self.http_port = sock.getsockname()[1]
+        # grpc.aio binds to the running loop when created, so it is built here.
+        self._grpc = grpc_server = create_grpc_server(self.service, server.grpc_max_message_size)
+        try:
+            self.grpc_port = grpc_server.add_insecure_port(_grpc_address(server.host,
+                                                                        server.grpc_port))
+        except RuntimeError as exc:
+            sock.close()
+            log_event("bind_failed", logging.ERROR, host=server.host, port=server.grpc_port,
+                      error=str(exc))
+            return 1
         http = self._http
         http.config.load()
         http.lifespan = http.config.lifespan_class(http.config)
+        await grpc_server.start()
         await http.startup(sockets=[sock])
         log_event("server_started", host=server.host, http_port=self.http_port,
-                  models=len(self.manager.models), pid=_pid())
-        if server.grpc_port is not None:
-            log_event("grpc_unavailable", logging.WARNING,
-                      detail="the gRPC listener is not part of this build; serving HTTP only")
+                  grpc_port=self.grpc_port, models=len(self.manager.models), pid=os.getpid())
         self.manager.start_preloads()
         try:
             await http.main_loop()
         finally:
-            await http.shutdown(sockets=[sock])
+            # Both listeners stop accepting at once; in-flight calls get drain_timeout.
+            await asyncio.gather(
+                http.shutdown(sockets=[sock]),
+                grpc_server.stop(grace=server.drain_timeout),
+            )
             await self.manager.shutdown()
             log_event("server_stopped")
         return 0
 
 
-def _pid() -> int:
-    import os
-
-    return os.getpid()
+def _grpc_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

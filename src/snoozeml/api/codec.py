@@ -1,4 +1,4 @@
-"""One tensor codec: Open Inference Protocol tensors (JSON today) <-> numpy arrays.
+"""One tensor codec: Open Inference Protocol tensors (JSON and binary) <-> numpy arrays.
 
 Decoding checks what can be checked without the model (known datatype, shape well formed,
 element count, data of the right kind); engine/validate.py checks the rest against the model.
@@ -8,20 +8,22 @@ Every problem is an InvalidInput naming the tensor.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import orjson
 
+from snoozeml.api.binary import array_to_raw, raw_to_array
 from snoozeml.datatypes import OIP_TO_NUMPY
 from snoozeml.engine.request import (
     InferInput,
-    InferOutput,
     InferRequest,
     InferResponse,
     Parameters,
     RequestedOutput,
 )
-from snoozeml.errors import InvalidInput
+from snoozeml.errors import InvalidInput, Unsupported
 
 _INT_KINDS = "iu"
 _FLOAT_KINDS = "iuf"
@@ -127,14 +129,16 @@ def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -
     return array.reshape(shape)
 
 
-def decode_json_request(doc: object) -> InferRequest:
-    """An InferRequest from a parsed JSON body (inputs with inline `data`)."""
+def decode_json_request(doc: object, binary: memoryview | None = None) -> InferRequest:
+    """An InferRequest from a parsed JSON body. Inputs carry inline `data`, or (binary tensor
+    extension) a `binary_data_size` parameter claiming the next bytes of `binary`, in order."""
     if not isinstance(doc, dict):
         raise InvalidInput("request body must be a JSON object")
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise InvalidInput("request needs a non-empty 'inputs' list")
     inputs: list[InferInput] = []
+    offset = 0
     for position, raw in enumerate(raw_inputs):
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidInput(f"inputs[{position}] must be an object with a string 'name'")
@@ -142,16 +146,53 @@ def decode_json_request(doc: object) -> InferRequest:
         shape = parse_shape(raw.get("shape"), name)
         datatype = parse_datatype(raw.get("datatype"), name)
         parameters = _parameters(raw.get("parameters"), f"input {name!r}")
-        if "data" not in raw:
+        size = parameters.get("binary_data_size")
+        if size is not None:
+            array = _binary_input(name, datatype, shape, size, raw, binary, offset)
+            offset += size
+        elif "data" not in raw:
             raise InvalidInput(f"input {name!r} has no 'data'")
-        array = json_to_array(name, datatype, shape, raw["data"])
+        else:
+            array = json_to_array(name, datatype, shape, raw["data"])
         inputs.append(InferInput(name, datatype, shape, array, parameters))
+    if binary is not None and offset != len(binary):
+        raise InvalidInput(
+            f"{len(binary) - offset} bytes of binary data follow the JSON header but no input "
+            "claims them (check each input's binary_data_size)"
+        )
     return InferRequest(
         inputs=inputs,
         outputs=_requested_outputs(doc.get("outputs")),
         id=_request_id(doc.get("id")),
         parameters=_parameters(doc.get("parameters"), "request"),
     )
+
+
+def _binary_input(
+    name: str,
+    datatype: str,
+    shape: tuple[int, ...],
+    size: object,
+    raw: dict[str, Any],
+    binary: memoryview | None,
+    offset: int,
+) -> np.ndarray:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise InvalidInput(f"input {name!r}: 'binary_data_size' must be a non-negative integer")
+    if "data" in raw:
+        raise InvalidInput(f"input {name!r} has both 'data' and 'binary_data_size'")
+    if binary is None:
+        raise InvalidInput(
+            f"input {name!r} has 'binary_data_size' but the request has no binary data "
+            "(send the Inference-Header-Content-Length header)"
+        )
+    left = len(binary) - offset
+    if size > left:
+        raise InvalidInput(
+            f"input {name!r}: binary_data_size {size} runs past the end of the binary data "
+            f"({left} bytes left)"
+        )
+    return raw_to_array(name, datatype, shape, binary[offset:offset + size])
 
 
 def _request_id(value: object) -> str | None:
@@ -192,7 +233,24 @@ def array_to_json_data(datatype: str, array: np.ndarray) -> Any:
     return np.ascontiguousarray(flat)
 
 
-def encode_json_response(response: InferResponse) -> dict[str, Any]:
+def binary_outputs(request: InferRequest) -> Callable[[str], bool]:
+    """Which outputs the client wants as binary: an output's own `binary_data` parameter,
+    else the request's `binary_data_output`."""
+    default = request.parameters.get("binary_data_output") is True
+    explicit: dict[str, bool] = {}
+    for output in request.outputs or ():
+        if "classification" in output.parameters:
+            raise Unsupported("the classification extension is not supported")
+        flag = output.parameters.get("binary_data")
+        if flag is not None:
+            explicit[output.name] = flag is True
+    return lambda name: explicit.get(name, default)
+
+
+def encode_http_response(
+    response: InferResponse, is_binary: Callable[[str], bool] | None = None
+) -> tuple[bytes, int | None]:
+    """The HTTP body, and the JSON header's length when binary outputs follow it."""
     body: dict[str, Any] = {
         "model_name": response.model_name,
         "model_version": response.model_version,
@@ -201,14 +259,23 @@ def encode_json_response(response: InferResponse) -> dict[str, Any]:
         body["id"] = response.id
     if response.parameters:
         body["parameters"] = response.parameters
-    body["outputs"] = [_encode_output(out) for out in response.outputs]
-    return body
-
-
-def _encode_output(output: InferOutput) -> dict[str, Any]:
-    return {
-        "name": output.name,
-        "datatype": output.datatype,
-        "shape": list(output.shape),
-        "data": array_to_json_data(output.datatype, output.data),
-    }
+    blobs: list[bytes] = []
+    outputs = []
+    for output in response.outputs:
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": list(output.shape),
+        }
+        if is_binary is not None and is_binary(output.name):
+            raw = array_to_raw(output.datatype, output.data)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = array_to_json_data(output.datatype, output.data)
+        outputs.append(entry)
+    body["outputs"] = outputs
+    header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)

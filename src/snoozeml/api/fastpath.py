@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from snoozeml.api.codec import decode_json_request, encode_json_response
+from snoozeml.api.codec import binary_outputs, decode_json_request, encode_http_response
 from snoozeml.api.errors import http_status, retry_after_header
 from snoozeml.engine.manager import InferenceService
 from snoozeml.engine.model import describe_exception
-from snoozeml.engine.request import InferResponse
+from snoozeml.engine.request import InferRequest, InferResponse
 from snoozeml.errors import InvalidInput, RequestTooLarge, SnoozeError
 from snoozeml.logs import log_event
 
@@ -61,11 +61,16 @@ class InferenceRoute:
         headers: list[tuple[bytes, bytes]] = _JSON_HEADERS
         try:
             body = await self._read_body(scope, receive)
-            request = decode_json_request(_parse_json(body))
+            request = _decode(scope, body)
+            is_binary = binary_outputs(request)
             response = await self._infer_until_gone(receive, name, version, request)
             status = 200
-            payload = orjson.dumps(encode_json_response(response),
-                                   option=orjson.OPT_SERIALIZE_NUMPY)
+            payload, header_length = encode_http_response(response, is_binary)
+            if header_length is not None:
+                headers = [
+                    (b"content-type", b"application/octet-stream"),
+                    (b"inference-header-content-length", str(header_length).encode()),
+                ]
         except ClientGone:
             log_event("client_disconnected", logging.DEBUG, model=name)
             return
@@ -144,7 +149,28 @@ class InferenceRoute:
             watcher.cancel()
 
 
-def _parse_json(body: bytes) -> Any:
+def _decode(scope: Scope, body: bytes) -> InferRequest:
+    """JSON, or a JSON header followed by binary tensors (Inference-Header-Content-Length)."""
+    header_length = None
+    for key, value in scope["headers"]:
+        if key == b"inference-header-content-length":
+            try:
+                header_length = int(value)
+            except ValueError:
+                raise InvalidInput("invalid Inference-Header-Content-Length header") from None
+            break
+    if header_length is None:
+        return decode_json_request(_parse_json(body))
+    if not 0 <= header_length <= len(body):
+        raise InvalidInput(
+            f"Inference-Header-Content-Length {header_length} does not fit a body of "
+            f"{len(body)} bytes"
+        )
+    view = memoryview(body)
+    return decode_json_request(_parse_json(view[:header_length]), view[header_length:])
+
+
+def _parse_json(body: bytes | memoryview) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -23,7 +23,7 @@ from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, backend_for
 
 MODEL_VERSION = "1"
-EXTENSIONS = ("model_repository",)
+EXTENSIONS = ("binary_tensor_data", "model_repository")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +47,20 @@ class ModelManager:
         # Loads and unloads run here, off the event loop; inference has its own threads.
         self.loader = ThreadPoolExecutor(4, thread_name_prefix="snooze-load")
         self.models: dict[str, Model] = {
-            spec.name: Model(spec, backend_factory(spec), self.loader, clock)
+            spec.name: Model(spec, backend_factory(spec), self.loader, clock, self.notify)
             for spec in config.models
         }
         self._preloads: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+
+    def notify(self) -> None:
+        """Wake everyone waiting on `changes()`: a model changed state or the server drains."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def changes(self) -> asyncio.Event:
+        """An event set at the next state change (take it before reading the state)."""
+        return self._changed
 
     def get(self, name: str, version: str | None = None) -> Model:
         model = self.models.get(name)
@@ -92,10 +102,20 @@ class ModelManager:
 class InferenceService:
     """Everything a transport may ask of the engine. No HTTP or gRPC here."""
 
+    model_version = MODEL_VERSION
+
     def __init__(self, manager: ModelManager) -> None:
         self.manager = manager
         self.draining = False
         self.started_at = time.time()
+
+    def start_draining(self) -> None:
+        """Not ready from now on (in-flight requests still finish)."""
+        self.draining = True
+        self.manager.notify()
+
+    def changes(self) -> asyncio.Event:
+        return self.manager.changes()
 
     # --- server -----------------------------------------------------------------------
 

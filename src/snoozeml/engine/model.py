@@ -78,8 +78,10 @@ class Model:
         backend: Backend,
         loader: Executor,
         clock: Clock = time.monotonic,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
+        self._on_change = on_change
         self.name = spec.name
         self.stats = ModelStats()
         self._backend = backend
@@ -144,6 +146,8 @@ class Model:
 
     def _move(self, event: Event) -> None:
         self._state = transition(self._state, event)
+        if self._on_change is not None:
+            self._on_change()
 
     # --- leases -----------------------------------------------------------------------
 
