@@ -37,6 +37,9 @@ class _Section(BaseModel):
 class MemoryConfig(_Section):
     host_budget: Budget = 0.8
     gpu_budget: Budget = 0.9
+    memory_wait: Duration = 10.0
+    min_residency: Duration = 2.0
+    memory_factor: float = Field(default=1.1, gt=0)
 
 
 class ServerConfig(_Section):
@@ -69,6 +72,7 @@ class ModelConfig(_Section):
     preload: bool = False
     intra_op_threads: int = Field(default=1, ge=0, le=1024)
     tensorrt: bool = False
+    memory_factor: float | None = Field(default=None, gt=0)
     batching: BatchingConfig = BatchingConfig()
 
 
@@ -93,6 +97,8 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_LOG_LEVEL": ("log_level",),
     "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
     "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),
+    "SNOOZE_MEMORY_WAIT": ("memory", "memory_wait"),
+    "SNOOZE_MIN_RESIDENCY": ("memory", "min_residency"),
 }
 
 
@@ -219,49 +225,72 @@ def parse_config(
             server_raw["memory"] = dict(server_raw["memory"])
         origins = _apply_env(server_raw, environ)
         raw = {**raw, "server": server_raw}
+    config: Config | None = None
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
         for error in exc.errors():
             loc = tuple(error["loc"])
             problem(loc, _describe(error), origins.get(_dotted(loc)))
-        raise ConfigError(problems) from exc
 
+    # The checks that need more than one field run on the raw tables, so that every problem
+    # is reported in one go, whatever else is wrong.
     base = source.parent if source else Path.cwd()
+    raw_models = raw.get("models")
+    formats: list[str | None] = []
     seen: dict[str, int] = {}
-    models: list[ModelConfig] = []
-    for i, model in enumerate(config.models):
-        if not _NAME.match(model.name):
-            problem(("models", i, "name"), f"invalid model name {model.name!r} (letters, "
-                    "digits, '_', '-', '.'; starting with a letter or digit)")
-        if model.name in seen:
-            problem(("models", i, "name"), f"duplicate model name {model.name!r} "
-                    f"(first defined as models[{seen[model.name]}])")
-        seen.setdefault(model.name, i)
-        if not _DEVICE.match(model.device):
-            problem(("models", i, "device"), f"invalid device {model.device!r} "
+    for i, entry in enumerate(raw_models if isinstance(raw_models, list) else []):
+        formats.append(None)
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("name")
+        if isinstance(name, str):
+            if not _NAME.match(name):
+                problem(("models", i, "name"), f"invalid model name {name!r} (letters, "
+                        "digits, '_', '-', '.'; starting with a letter or digit)")
+            if name in seen:
+                problem(("models", i, "name"), f"duplicate model name {name!r} "
+                        f"(first defined as models[{seen[name]}])")
+            seen.setdefault(name, i)
+        device = entry.get("device")
+        if isinstance(device, str) and not _DEVICE.match(device):
+            problem(("models", i, "device"), f"invalid device {device!r} "
                     "(expected auto, cpu, cuda, cuda:N or mps)")
-        path = model.path if model.path.is_absolute() else base / model.path
-        fmt = model.format
+        raw_path = entry.get("path")
+        if not isinstance(raw_path, str):
+            continue
+        path = Path(raw_path) if Path(raw_path).is_absolute() else base / raw_path
+        fmt = entry.get("format")
         if not path.exists():
             problem(("models", i, "path"), f"no such file or folder: {path}")
         elif fmt is None:
             if path.is_file() and path.suffix == ".onnx":
-                fmt = "onnx"
+                formats[i] = "onnx"
             elif path.is_dir() or path.suffix == ".safetensors":
-                fmt = "torch"
+                formats[i] = "torch"
             else:
                 problem(("models", i, "path"), f"cannot tell the format of {path} "
                         "(expected a .onnx file, a .safetensors file or a model folder)")
+    if problems or config is None:
+        problems.sort(key=_problem_line)
+        raise ConfigError(problems)
+
+    models: list[ModelConfig] = []
+    for i, model in enumerate(config.models):
+        path = model.path if model.path.is_absolute() else base / model.path
         fields = model.model_fields_set
         models.append(model.model_copy(update={
             "path": path,
-            "format": fmt,
+            "format": model.format or formats[i],
             "idle_timeout": model.idle_timeout if "idle_timeout" in fields
             else config.server.idle_timeout,
             "load_timeout": model.load_timeout if model.load_timeout is not None
             else config.server.load_timeout,
         }))
-    if problems:
-        raise ConfigError(problems)
     return config.model_copy(update={"models": models, "source": source})
+
+
+def _problem_line(problem: str) -> int:
+    """Sort key: problems in file order (those without a line, e.g. from $SNOOZE_*, first)."""
+    match = re.match(r"^[^:]*:(\d+):", problem)
+    return int(match.group(1)) if match else 0

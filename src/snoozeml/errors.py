@@ -3,6 +3,7 @@
     SnoozeError
     ├── ConfigError            invalid models.toml / environment (one line per problem)
     ├── ModelNotFound          no model of that name (or version)
+    ├── ModelTooLarge          the model cannot fit its device's budget at all
     ├── InvalidInput           the request does not fit the model (names, dtypes, shapes, data)
     ├── RequestTooLarge        body over max_request_size
     ├── Unsupported            a feature the server does not implement
@@ -11,6 +12,7 @@
     │   ├── LoadTimeout        the load did not finish within load_timeout
     │   ├── QueueFull          the model's queue is at max_queue
     │   ├── QueueTimeout       the request's own timeout expired while queued
+    │   ├── MemoryExhausted    nothing could give way in time for a load (or an OOM retry)
     │   └── ShuttingDown       the daemon is draining
     └── BackendError           the backend raised while running a request (a 500)
 
@@ -41,6 +43,10 @@ class ModelNotFound(SnoozeError):
 
 
 class InvalidInput(SnoozeError):
+    pass
+
+
+class ModelTooLarge(SnoozeError):
     pass
 
 
@@ -77,6 +83,10 @@ class QueueTimeout(Unavailable):
 
 
 class ShuttingDown(Unavailable):
+    pass
+
+
+class MemoryExhausted(Unavailable):
     pass
 
 

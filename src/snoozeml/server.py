@@ -58,7 +58,8 @@ class Daemon:
             access_log=False,
             server_header=False,
             proxy_headers=False,
-            timeout_graceful_shutdown=max(int(server.drain_timeout), 1),
+            # uvicorn annotates an int, but only ever awaits it with asyncio.wait_for.
+            timeout_graceful_shutdown=server.drain_timeout,  # type: ignore[arg-type]
         ))
         self._grpc: grpc.aio.Server | None = None
         self.http_port: int | None = None

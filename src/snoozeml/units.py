@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h)?\s*$")
 _DURATION_SECONDS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|%)?\s*$")
@@ -24,7 +24,8 @@ _SIZE_BYTES = {
 
 
 def parse_duration(value: object, *, allow_never: bool = False) -> float | None:
-    """Seconds from "30s", "2ms", "100us", "5m", "1h" or a bare number of seconds.
+    """Seconds from "30s", "2ms", "100us", "5m", "1h" or a bare number of seconds ("30" too,
+    as environment variables are strings).
 
     Returns None for "never" when `allow_never`. Raises ValueError with a readable message.
     """
@@ -39,13 +40,14 @@ def parse_duration(value: object, *, allow_never: bool = False) -> float | None:
             return None
         match = _DURATION.match(value)
         if match:
-            return float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
+            return float(match.group(1)) * _DURATION_SECONDS[match.group(2) or "s"]
     hint = "'30s', '2ms', '5m'" + (" or 'never'" if allow_never else "")
     raise ValueError(f"invalid duration {value!r} (expected e.g. {hint})")
 
 
 def parse_size(value: object, *, allow_percent: bool = False) -> int | float:
-    """Bytes from "64MiB", "6GiB", 1048576; or a fraction (0..1] from "80%" when allowed.
+    """Bytes from "64MiB", "6GiB", 1048576; or a fraction (0..1] from "80%" or 0.8 when
+    allowed.
 
     A percentage comes back as a float fraction, an absolute size as an int of bytes.
     """
@@ -54,6 +56,10 @@ def parse_size(value: object, *, allow_percent: bool = False) -> int | float:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"invalid size {value!r}: must not be negative")
+        return value
+    if isinstance(value, float) and allow_percent:
+        if not 0 < value <= 1:
+            raise ValueError(f"invalid share {value!r}: a fraction must be in (0, 1]")
         return value
     if isinstance(value, str):
         match = _SIZE.match(value)

@@ -22,7 +22,7 @@ from snoozeml.api.errors import http_status, retry_after_header
 from snoozeml.engine.manager import InferenceService
 from snoozeml.engine.model import describe_exception
 from snoozeml.engine.request import InferRequest, InferResponse
-from snoozeml.errors import InvalidInput, RequestTooLarge, SnoozeError
+from snoozeml.errors import InvalidInput, RequestTooLarge, ShuttingDown, SnoozeError
 from snoozeml.logs import log_event
 
 Scope = MutableMapping[str, Any]
@@ -144,6 +144,12 @@ class InferenceRoute:
             if gone:
                 task.uncancel()
                 raise ClientGone from None
+            if self.service.draining:
+                # Cut off at the end of the drain: answer instead of dropping the connection.
+                task.uncancel()
+                raise ShuttingDown(
+                    "the server shut down before this request finished", retry_after=1.0
+                ) from None
             raise
         finally:
             watcher.cancel()

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.errors import QueueFull, QueueTimeout
+from snoozeml.errors import MemoryExhausted, QueueFull, QueueTimeout
 from snoozeml.logs import log_event
+from snoozeml.runtime.base import is_out_of_memory
 
 Arrays = dict[str, np.ndarray]
 BatchKey = tuple[Any, ...]
@@ -52,6 +53,7 @@ class Pending:
     enqueued_at: float
     deadline: float | None
     future: asyncio.Future[Arrays]
+    dispatched: bool = False
 
     @property
     def abandoned(self) -> bool:
@@ -195,6 +197,7 @@ def _ratio(a: float, b: int) -> float | None:
 
 
 RunBlocking = Callable[[Arrays, Sequence[str] | None], Arrays]
+OomHook = Callable[[], Awaitable[object]]
 
 
 class _Unsplittable(Exception):
@@ -224,8 +227,10 @@ class Batcher:
         policy: BatchPolicy,
         stats: BatchStats,
         clock: Callable[[], float] = time.monotonic,
+        on_oom: OomHook | None = None,
     ) -> None:
         self.model = model
+        self._on_oom = on_oom
         self.policy = policy
         self.stats = stats
         self._run = run
@@ -265,13 +270,32 @@ class Batcher:
                 retry_after=mean_run * len(self._queue),
             )
         wanted = tuple(outputs) if outputs else None
-        key, rows = batch_key(inputs, wanted) if self.policy.enabled else (None, 1)
+        key, rows = batch_key(inputs, wanted)
+        if not self.policy.enabled:
+            key = None  # runs alone; its rows still count in the stats
         now = self._clock()
         future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         deadline = now + queue_timeout if queue_timeout is not None else None
-        self._queue.append(Pending(key, rows, inputs, wanted, now, deadline, future))
+        pending = Pending(key, rows, inputs, wanted, now, deadline, future)
+        self._queue.append(pending)
         self._wakeup.set()
+        if queue_timeout is not None:
+            # Answer at the deadline even while the worker is busy with an earlier batch.
+            asyncio.get_running_loop().call_later(queue_timeout, self._expire, pending)
         return await future
+
+    def _expire(self, pending: Pending) -> None:
+        if pending.dispatched or pending.future.done():
+            return
+        self.stats.queue_timeouts += 1
+        pending.future.set_exception(self._timeout_error())
+        self._wakeup.set()  # let the loop drop it from the queue
+
+    def _timeout_error(self) -> QueueTimeout:
+        return QueueTimeout(
+            f"queue timeout: the request waited longer than its timeout for model "
+            f"{self.model!r}", retry_after=1.0,
+        )
 
     async def _loop(self) -> None:
         while True:
@@ -287,13 +311,13 @@ class Batcher:
         if decision.expired or decision.dropped or decision.batch:
             gone = {id(p) for p in (*decision.expired, *decision.dropped, *decision.batch)}
             self._queue = deque(p for p in self._queue if id(p) not in gone)
-        self.stats.dropped += len(decision.dropped)
+        # Futures answered by their timeout timer are done too; count only clients that left.
+        self.stats.dropped += sum(1 for p in decision.dropped if p.future.cancelled())
         for pending in decision.expired:
             self.stats.queue_timeouts += 1
-            pending.future.set_exception(QueueTimeout(
-                f"queue timeout: the request waited longer than its timeout for model "
-                f"{self.model!r}", retry_after=1.0,
-            ))
+            pending.future.set_exception(self._timeout_error())
+        for pending in decision.batch:
+            pending.dispatched = True
         if decision.batch:
             await self._dispatch(decision.batch)
             return
@@ -306,32 +330,52 @@ class Batcher:
 
     async def _dispatch(self, batch: list[Pending]) -> None:
         started = self._clock()
-        loop = asyncio.get_running_loop()
-        outputs = batch[0].outputs
         try:
-            try:
-                parts = await loop.run_in_executor(
-                    self._worker, run_batch_blocking, self._run, batch, outputs
-                )
-            except _Unsplittable:
-                self._disable(
-                    "an output's first dimension does not follow the batch's rows; "
-                    "running requests alone"
-                )
-                parts = [
-                    await loop.run_in_executor(self._worker, self._run, p.inputs, outputs)
-                    for p in batch
-                ]
+            parts = await self._run_batch(batch)
         except Exception as exc:
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
-            return
+            if self._on_oom is None or not is_out_of_memory(exc):
+                self._fail(batch, exc)
+                return
+            # Reactive protection: make room by evicting idle models, then retry once.
+            try:
+                await self._on_oom()
+                parts = await self._run_batch(batch)
+            except Exception as again:
+                if is_out_of_memory(again):
+                    again = MemoryExhausted(
+                        f"model {self.model!r} ran out of memory, and again after idle models "
+                        f"were evicted: {again}", retry_after=5.0,
+                    )
+                self._fail(batch, again)
+                return
         finally:
             self._record(batch, started)
         for pending, part in zip(batch, parts, strict=True):
             if not pending.future.done():
                 pending.future.set_result(part)
+
+    async def _run_batch(self, batch: list[Pending]) -> list[Arrays]:
+        loop = asyncio.get_running_loop()
+        outputs = batch[0].outputs
+        try:
+            return await loop.run_in_executor(
+                self._worker, run_batch_blocking, self._run, batch, outputs
+            )
+        except _Unsplittable:
+            self._disable(
+                "an output's first dimension does not follow the batch's rows; "
+                "running requests alone"
+            )
+            return [
+                await loop.run_in_executor(self._worker, self._run, p.inputs, outputs)
+                for p in batch
+            ]
+
+    @staticmethod
+    def _fail(batch: Iterable[Pending], exc: BaseException) -> None:
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(exc)
 
     def _record(self, batch: Iterable[Pending], started: float) -> None:
         stats = self.stats

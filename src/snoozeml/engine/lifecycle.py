@@ -1,9 +1,12 @@
 """Model lifecycle: the states, the events, and the one pure transition table.
 
     UNLOADED --load--> LOADING --loaded--> READY --unload--> UNLOADING --unloaded--> UNLOADED
-                          |                                                             ^
-                          +--load_failed--> FAILED --load--> LOADING                    |
-                                              +------------unload-----------------------+
+       ^                  |  |                                                          ^
+       +--load_aborted----+  +--load_failed--> FAILED --load--> LOADING                 |
+                                                 +------------unload--------------------+
+
+load_aborted: the load could not start for a passing reason (no memory could be freed in
+time); the model is not broken, so it goes back to UNLOADED rather than FAILED.
 
 Invariant: a model has an instance exactly when it is READY or UNLOADING.
 """
@@ -25,6 +28,7 @@ class Event(StrEnum):
     LOAD = "load"
     LOADED = "loaded"
     LOAD_FAILED = "load_failed"
+    LOAD_ABORTED = "load_aborted"
     UNLOAD = "unload"
     UNLOADED = "unloaded"
 
@@ -38,6 +42,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.FAILED, Event.LOAD): State.LOADING,
     (State.LOADING, Event.LOADED): State.READY,
     (State.LOADING, Event.LOAD_FAILED): State.FAILED,
+    (State.LOADING, Event.LOAD_ABORTED): State.UNLOADED,
     (State.READY, Event.UNLOAD): State.UNLOADING,
     (State.UNLOADING, Event.UNLOADED): State.UNLOADED,
     (State.FAILED, Event.UNLOAD): State.UNLOADED,

@@ -14,13 +14,14 @@ from snoozeml import SERVER_NAME, __version__
 from snoozeml.config import Config, ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.memory import host_total, process_rss
+from snoozeml.engine.memory import MemoryManager
 from snoozeml.engine.model import Model, describe_exception
+from snoozeml.engine.probes import MemoryProbe, SystemProbe
 from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.validate import check_request
 from snoozeml.errors import InvalidInput, ModelNotFound, SnoozeError
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Backend, backend_for
+from snoozeml.runtime.base import Backend, backend_for, memory_device
 
 MODEL_VERSION = "1"
 EXTENSIONS = ("binary_tensor_data", "model_repository")
@@ -42,12 +43,19 @@ class ModelManager:
         config: Config,
         backend_factory: Callable[[ModelConfig], Backend] = backend_for,
         clock: Callable[[], float] = time.monotonic,
+        probe: MemoryProbe | None = None,
     ) -> None:
         self.config = config
         # Loads and unloads run here, off the event loop; inference has its own threads.
         self.loader = ThreadPoolExecutor(4, thread_name_prefix="snooze-load")
+        probe = probe or SystemProbe()
+        self.memory = MemoryManager(config.server, probe, lambda: self.models.values(), clock)
+        gpus = probe.gpus()
         self.models: dict[str, Model] = {
-            spec.name: Model(spec, backend_factory(spec), self.loader, clock, self.notify)
+            spec.name: Model(
+                spec, backend_factory(spec), self.loader, self.memory,
+                memory_device(spec, gpus), clock, self.notify,
+            )
             for spec in config.models
         }
         self._preloads: list[asyncio.Task[None]] = []
@@ -57,6 +65,7 @@ class ModelManager:
         """Wake everyone waiting on `changes()`: a model changed state or the server drains."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        self.memory.notify_freed()
 
     def changes(self) -> asyncio.Event:
         """An event set at the next state change (take it before reading the state)."""
@@ -179,10 +188,6 @@ class InferenceService:
 
     def status(self) -> dict[str, Any]:
         now = time.time()
-        memory = self.manager.config.server.memory
-        total = host_total()
-        budget = memory.host_budget
-        budget_bytes = int(total * budget) if isinstance(budget, float) else int(budget)
         models = []
         for model in self.manager.models.values():
             expires_in = model.expires_in()
@@ -190,7 +195,8 @@ class InferenceService:
             models.append({
                 "name": model.name,
                 "format": model.spec.format,
-                "device": model.spec.device,
+                "device": model.device,
+                "pinned": model.pinned,
                 "state": model.state.value,
                 "reason": model.reason,
                 "replicas": 1 if model.state in (State.READY, State.UNLOADING) else 0,
@@ -199,7 +205,9 @@ class InferenceService:
                 "last_used": _iso(model.last_used),
                 "expires_at": _iso(now + expires_in) if expires_in is not None else None,
                 "idle_timeout_s": model.spec.idle_timeout,
+                "predicted_bytes": stats.predicted_bytes,
                 "measured_bytes": stats.measured_bytes,
+                "resident_bytes": model.resident_bytes() or 0,
                 "last_load_ms": stats.last_load_ms,
                 "loads": stats.loads,
                 "load_failures": stats.load_failures,
@@ -215,12 +223,8 @@ class InferenceService:
                 "uptime_s": round(now - self.started_at, 3),
                 "draining": self.draining,
             },
-            "devices": [{
-                "name": "cpu",
-                "total_bytes": total,
-                "budget_bytes": budget_bytes,
-                "used_bytes": process_rss(),
-            }],
+            "devices": self.manager.memory.status(),
+            "evictions": dict(self.manager.memory.evictions),
             "models": models,
         }
 

@@ -1,8 +1,9 @@
-"""One configured model: its lifecycle, leases, idle timer and the worker that runs it.
+"""One configured model: its lifecycle, leases, idle timer, memory admission and replica.
 
 Invariants:
 - `_state` changes only through `_move`, i.e. through the pure table in lifecycle.py.
 - At most one load task and one unload task exist at a time (single-flight).
+- A model has a replica exactly when it is READY or UNLOADING.
 - A model with `_in_flight > 0` is never unloaded; the unload waits for the last lease.
 - The idle timer measures from the release of the last lease.
 """
@@ -13,27 +14,38 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.batching import Batcher, BatchPolicy, BatchStats, batching_blocker
+from snoozeml.engine.batching import BatchPolicy, BatchStats, batching_blocker
 from snoozeml.engine.lifecycle import Event, State, load_backoff, transition
-from snoozeml.engine.memory import process_rss, release_memory_blocking
+from snoozeml.engine.memory import FileSizes, MemoryManager, Resident, file_sizes_blocking
+from snoozeml.engine.replica import (
+    Replica,
+    close_replica_blocking,
+    describe_exception,
+    load_instance_blocking,
+    start_replica,
+    stop_replica,
+)
 from snoozeml.errors import (
     BackendError,
     InvalidInput,
     LoadTimeout,
+    MemoryExhausted,
     ModelLoadFailed,
     SnoozeError,
 )
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Backend, Instance
+from snoozeml.runtime.base import Backend, Instance, is_out_of_memory
 
 Clock = Callable[[], float]
+
+__all__ = ["Model", "ModelStats", "Replica", "describe_exception"]
 
 
 @dataclass(slots=True)
@@ -43,27 +55,10 @@ class ModelStats:
     loads: int = 0
     load_failures: int = 0
     last_load_ms: float | None = None
+    predicted_bytes: int | None = None
     measured_bytes: int | None = None
     freed_bytes: int | None = None
     batching: BatchStats = field(default_factory=BatchStats)
-
-
-@dataclass(eq=False, slots=True)
-class Replica:
-    """A loaded instance with its worker thread and batch queue; what a lease hands out."""
-
-    instance: Instance
-    worker: ThreadPoolExecutor
-    batcher: Batcher
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self.instance.metadata
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _is_invalid_argument(exc: BaseException) -> bool:
@@ -77,29 +72,35 @@ class Model:
         spec: ModelConfig,
         backend: Backend,
         loader: Executor,
+        memory: MemoryManager,
+        device: str = "cpu",
         clock: Clock = time.monotonic,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
-        self._on_change = on_change
         self.name = spec.name
+        self.device = device
         self.stats = ModelStats()
         self._backend = backend
         self._loader = loader
+        self._memory = memory
         self._clock = clock
+        self._on_change = on_change
         self._state = State.UNLOADED
         self._reason = ""
         self._error: str | None = None
         self._failures = 0
         self._retry_at = 0.0
+        self._sizes: FileSizes | None = None
         self._replica: Replica | None = None
         self._policy: BatchPolicy | None = None
         self._metadata: ModelMetadata | None = None
-        self._load_task: asyncio.Task[None] | None = None
+        self._load_task: asyncio.Task[SnoozeError | None] | None = None
         self._unload_task: asyncio.Task[None] | None = None
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._last_release = clock()
+        self._loaded_at = clock()
         self._last_used_wall: float | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
 
@@ -125,10 +126,6 @@ class Model:
         return self._last_used_wall
 
     @property
-    def cached_metadata(self) -> ModelMetadata | None:
-        return self._metadata
-
-    @property
     def queued(self) -> int:
         return self._replica.batcher.queued if self._replica else 0
 
@@ -136,6 +133,10 @@ class Model:
     def batch_policy(self) -> BatchPolicy | None:
         """The policy in force (None until the first load decides whether batching applies)."""
         return self._replica.batcher.policy if self._replica else self._policy
+
+    @property
+    def pinned(self) -> bool:
+        return self.spec.idle_timeout is None
 
     def expires_in(self) -> float | None:
         """Seconds until the idle timer unloads the model, or None if it will not."""
@@ -146,8 +147,33 @@ class Model:
 
     def _move(self, event: Event) -> None:
         self._state = transition(self._state, event)
+        self._changed()
+
+    def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
+
+    # --- memory (the MemoryManager's view) --------------------------------------------
+
+    def resident_bytes(self) -> int | None:
+        """Bytes the model holds now: measured after its last load, else predicted."""
+        if self._state not in (State.READY, State.UNLOADING):
+            return None
+        return self.stats.measured_bytes or self.stats.predicted_bytes or 0
+
+    def resident(self, now: float) -> Resident | None:
+        size = self.resident_bytes()
+        if size is None:
+            return None
+        if self._state is State.UNLOADING:
+            holds = "unloading"
+        elif self._in_flight or self.queued:
+            holds = "busy"
+        elif self.pinned:
+            holds = "pinned"
+        else:
+            holds = ""
+        return Resident(self.name, size, self._last_release, self._loaded_at, holds)
 
     # --- leases -----------------------------------------------------------------------
 
@@ -160,7 +186,7 @@ class Model:
         return await self._acquire_slow()
 
     async def _acquire_slow(self) -> Replica:
-        timeout = self.spec.load_timeout or 300.0
+        timeout = self.spec.load_timeout if self.spec.load_timeout is not None else 300.0
         deadline = self._clock() + timeout
         while True:
             state = self._state
@@ -184,11 +210,13 @@ class Model:
             try:
                 if remaining <= 0:
                     raise TimeoutError
-                await asyncio.wait_for(asyncio.shield(self._load_task), remaining)
+                aborted = await asyncio.wait_for(asyncio.shield(self._load_task), remaining)
             except TimeoutError:
                 raise LoadTimeout(
                     f"model {self.name!r} is still loading after {timeout:g}s", retry_after=5.0
                 ) from None
+            if aborted is not None:
+                raise aborted
 
     def release(self) -> None:
         """End a lease. The last one to end starts the idle timer."""
@@ -199,6 +227,7 @@ class Model:
             if self._drained is not None:
                 self._drained.set()
             self._arm_idle_timer()
+            self._memory.notify_freed()
 
     # --- idle timer -------------------------------------------------------------------
 
@@ -244,57 +273,94 @@ class Model:
         except Exception as exc:
             if _is_invalid_argument(exc):
                 raise InvalidInput(f"model {self.name!r} rejected the input: {exc}") from exc
-            log_event("request_failed", logging.ERROR, model=self.name,
-                      error=describe_exception(exc))
+            # The transport's boundary logs the failed request.
             raise BackendError(
                 f"model {self.name!r} failed to run: {describe_exception(exc)}"
             ) from exc
 
+    async def _relieve_oom(self) -> None:
+        await self._memory.relieve_oom(self)
+
     # --- loading ----------------------------------------------------------------------
 
     def _start_load(self) -> None:
+        self._reason = ""
         self._move(Event.LOAD)
         self._load_task = asyncio.get_running_loop().create_task(self._load())
 
-    async def _load(self) -> None:
+    async def _load(self) -> SnoozeError | None:
+        """The load task. Returns the error for a load aborted for lack of memory (the model
+        goes back to UNLOADED); any other failure leaves the model FAILED."""
         loop = asyncio.get_running_loop()
         started = self._clock()
-        rss_before = process_rss()
-        log_event("model_loading", model=self.name, path=self.spec.path)
+        log_event("model_loading", model=self.name, path=self.spec.path, device=self.device)
         try:
-            instance = await loop.run_in_executor(
-                self._loader, self._backend.load_blocking, self.spec
+            if self._sizes is None:
+                self._sizes = await loop.run_in_executor(
+                    self._loader, file_sizes_blocking, self.spec
+                )
+                self.stats.predicted_bytes = self._memory.predicted(self.spec, self._sizes)
+            resident = self.stats.measured_bytes or self.stats.predicted_bytes or 0
+            async with self._memory.admission(self, resident, self._sizes.transient):
+                probe = self._memory.probe
+                before = probe.used(self.device)
+                instance = await self._load_instance()
+                measured = max(probe.used(self.device) - before, 0)
+        except MemoryExhausted as exc:
+            self._reason = "memory"
+            self._move(Event.LOAD_ABORTED)
+            log_event("model_load_deferred", logging.WARNING, model=self.name,
+                      error=exc.message)
+            return exc
+        except Exception as exc:
+            self._fail_load(exc)
+            return None
+        self._loaded(instance, measured, (self._clock() - started) * 1000.0)
+        return None
+
+    async def _load_instance(self) -> Instance:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._loader, load_instance_blocking, self._backend, self.spec
             )
         except Exception as exc:
-            self._failures += 1
-            self.stats.load_failures += 1
-            backoff = load_backoff(self._failures)
-            self._retry_at = self._clock() + backoff
-            self._error = describe_exception(exc)
-            self._move(Event.LOAD_FAILED)
-            log_event("model_load_failed", logging.WARNING, model=self.name, error=self._error,
-                      retry_in_s=backoff)
-            return
-        ms = (self._clock() - started) * 1000.0
-        measured = max(process_rss() - rss_before, 0)
+            if not is_out_of_memory(exc):
+                raise
+            log_event("model_load_oom", logging.WARNING, model=self.name,
+                      error=describe_exception(exc))
+            await self._memory.relieve_oom(self)
+            return await loop.run_in_executor(
+                self._loader, load_instance_blocking, self._backend, self.spec
+            )
+
+    def _fail_load(self, exc: Exception) -> None:
+        self._failures += 1
+        self.stats.load_failures += 1
+        backoff = load_backoff(self._failures)
+        self._retry_at = self._clock() + backoff
+        self._error = exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
+        self._move(Event.LOAD_FAILED)
+        log_event("model_load_failed", logging.WARNING, model=self.name, error=self._error,
+                  retry_in_s=backoff)
+
+    def _loaded(self, instance: Instance, measured: int, ms: float) -> None:
         self._metadata = instance.metadata
-        worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{self.name}")
         policy = self._policy = self._policy_for(instance.metadata)
-        batcher = Batcher(
-            self.name, instance.run_blocking, worker, policy, self.stats.batching, self._clock
+        self._replica = start_replica(
+            self.name, instance, policy, self.stats.batching, self._relieve_oom
         )
-        batcher.start()
-        self._replica = Replica(instance, worker, batcher)
         self._failures = 0
         self._error = None
         self._reason = ""
         self.stats.loads += 1
         self.stats.last_load_ms = ms
         self.stats.measured_bytes = measured
+        self._loaded_at = self._last_release = self._clock()
         self._move(Event.LOADED)
-        self._last_release = self._clock()
         self._arm_idle_timer()
-        log_event("model_loaded", model=self.name, ms=round(ms, 1), bytes=measured)
+        log_event("model_loaded", model=self.name, ms=round(ms, 1), bytes=measured,
+                  device=self.device)
 
     def _policy_for(self, metadata: ModelMetadata) -> BatchPolicy:
         conf = self.spec.batching
@@ -313,9 +379,11 @@ class Model:
         self.release()
 
     async def metadata(self) -> ModelMetadata:
-        """The model's metadata; loads the model once if it has never been loaded."""
+        """The model's metadata; loads the model once if it has never been loaded (a FAILED
+        model keeps its backoff: only an explicit load skips it)."""
         if self._metadata is None:
-            await self.load()
+            await self.acquire()
+            self.release()
         assert self._metadata is not None
         return self._metadata
 
@@ -329,6 +397,9 @@ class Model:
                 await asyncio.shield(self._load_task)
                 continue
             if state is State.FAILED:
+                # An explicit unload clears the failure: the next load starts a fresh backoff.
+                self._failures = 0
+                self._retry_at = 0.0
                 self._move(Event.UNLOAD)
                 self._reason = reason
                 return
@@ -346,29 +417,19 @@ class Model:
                 await self._drained.wait()
                 self._drained = None
             replica, self._replica = self._replica, None
-            rss_before = process_rss()
+            probe = self._memory.probe
+            before = probe.used(self.device)
             if replica is not None:
-                await replica.batcher.stop()
+                await stop_replica(replica)
                 await asyncio.get_running_loop().run_in_executor(
-                    self._loader, _close_blocking, replica.instance, replica.worker
+                    self._loader, close_replica_blocking, replica
                 )
             del replica
-            freed = max(rss_before - process_rss(), 0)
+            freed = max(before - probe.used(self.device), 0)
             self.stats.freed_bytes = freed
             self._reason = reason
             self._move(Event.UNLOADED)
+            self._memory.notify_freed()
             log_event("model_unloaded", model=self.name, reason=reason, freed_bytes=freed)
         finally:
             self._unload_task = None
-
-
-def _close_blocking(instance: Instance | None, worker: ThreadPoolExecutor | None) -> None:
-    if worker is not None:
-        worker.shutdown(wait=True)
-    if instance is not None:
-        try:
-            instance.close()
-        except Exception as exc:  # a failing close must not keep the model half-unloaded
-            log_event("model_close_failed", logging.WARNING, error=describe_exception(exc))
-    del instance
-    release_memory_blocking()

@@ -39,3 +39,37 @@ def backend_for(spec: ModelConfig) -> Backend:
     return UnavailableBackend(
         f"model format {spec.format!r} is not supported by this build of snoozeml"
     )
+
+
+_OOM_MARKERS = (
+    "failed to allocate memory",
+    "bad_alloc",
+    "bad allocation",
+    "out of memory",
+    "cudaerrormemoryallocation",
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether a backend exception means memory ran out: MemoryError, torch's
+    OutOfMemoryError, or onnxruntime's allocation failures (which arrive as RuntimeException
+    with the allocator's message)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _OOM_MARKERS)
+
+
+def memory_device(spec: ModelConfig, gpus: Sequence[str]) -> str:
+    """The device whose memory budget a model counts against: the GPU it will run on, when
+    that GPU exists and its runtime can use it, else the host ("cpu")."""
+    device = spec.device
+    if device in ("cpu", "mps") or not gpus:
+        return "cpu"
+    if spec.format == "onnx":
+        import onnxruntime
+
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            return "cpu"
+    wanted = "cuda:0" if device in ("auto", "cuda") else device
+    return wanted if wanted in gpus else "cpu"

@@ -18,6 +18,9 @@ from snoozeml.logs import log_event
 
 PLATFORM = "onnxruntime_onnx"
 
+# onnxruntime's own logger prints coloured lines to stderr; errors reach our logs as exceptions.
+ort.set_default_logger_severity(3)
+
 
 def _dim(value: object) -> int:
     # onnxruntime reports symbolic dims as strings and unknown ones as None.
@@ -41,6 +44,8 @@ def providers_for(device: str, tensorrt: bool, available: Sequence[str]) -> list
         wanted.append(("CUDAExecutionProvider", {"device_id": index}))
     if device in ("mps", "auto") and sys.platform == "darwin":
         wanted.append("CoreMLExecutionProvider")
+    elif device == "mps":
+        wanted.append("CoreMLExecutionProvider")  # absent off macOS: warned below
     chosen = [p for p in wanted if (p[0] if isinstance(p, tuple) else p) in available]
     missing = [p[0] if isinstance(p, tuple) else p for p in wanted if p not in chosen]
     if missing and device != "auto":

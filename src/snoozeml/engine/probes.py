@@ -1,0 +1,108 @@
+"""Reading memory: the process's RSS, the host's total, and GPU memory through NVML.
+
+The probe is the one injected piece of memory management: tests pass a fake one, GPU code paths
+included. Without a GPU (or without nvidia-ml-py) the GPU side is inert and says so once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+import psutil
+
+from snoozeml.logs import log_event
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc (musl, macOS): nothing to call
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return cast("Callable[[int], int]", trim)
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def process_rss() -> int:
+    """Resident set size of this process in bytes."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except OSError:
+        return int(psutil.Process().memory_info().rss)
+
+
+def host_total() -> int:
+    return int(psutil.virtual_memory().total)
+
+
+def release_memory_blocking() -> None:
+    """Collect garbage and ask glibc to return free heap pages to the OS."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+class MemoryProbe(Protocol):
+    """What memory management needs to know about devices ("cpu", "cuda:0", ...)."""
+
+    def gpus(self) -> list[str]: ...
+
+    def total(self, device: str) -> int: ...
+
+    def used(self, device: str) -> int:
+        """Bytes this process uses on the device (RSS for cpu; device memory for a GPU)."""
+        ...
+
+
+class SystemProbe:
+    """psutil for the host, NVML (nvidia-ml-py) for CUDA GPUs when there are any."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._handles: dict[str, Any] = {}
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                self._handles[f"cuda:{index}"] = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._nvml = pynvml
+        except Exception as exc:  # no library, no driver or no GPU: host memory only
+            log_event("gpu_memory_unavailable", logging.INFO,
+                      detail="no NVML GPU found; GPU budgets are inert",
+                      error=type(exc).__name__)
+
+    def gpus(self) -> list[str]:
+        return list(self._handles)
+
+    def total(self, device: str) -> int:
+        if device == "cpu":
+            return host_total()
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handles[device]).total)
+
+    def used(self, device: str) -> int:
+        if device == "cpu":
+            return process_rss()
+        handle = self._handles[device]
+        pid = os.getpid()
+        try:
+            procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            return sum(int(p.usedGpuMemory or 0) for p in procs if p.pid == pid)
+        except Exception:  # some drivers hide per-process use: fall back to the device's
+            return int(self._nvml.nvmlDeviceGetMemoryInfo(handle).used)
