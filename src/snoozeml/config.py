@@ -61,6 +61,14 @@ class BatchingConfig(_Section):
     max_queue: int = Field(default=1024, ge=1)
 
 
+class TensorConfig(_Section):
+    """A declared input or output (plain state-dict torch models, which carry no metadata)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
 class ModelConfig(_Section):
     name: str
     path: Path
@@ -73,6 +81,18 @@ class ModelConfig(_Section):
     intra_op_threads: int = Field(default=1, ge=0, le=1024)
     tensorrt: bool = False
     memory_factor: float | None = Field(default=None, gt=0)
+    # --- torch (safetensors) models ---
+    task: Literal["feature-extraction", "text-classification", "image-classification"] | None = (
+        None
+    )
+    pooling: Literal["mean", "cls"] = "mean"
+    normalize: bool = True
+    tokenize: bool = False
+    max_length: int = Field(default=512, ge=1)
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    module: str | None = None
+    inputs: list[TensorConfig] = []
+    outputs: list[TensorConfig] = []
     batching: BatchingConfig = BatchingConfig()
 
 

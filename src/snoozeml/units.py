@@ -59,7 +59,7 @@ def parse_size(value: object, *, allow_percent: bool = False) -> int | float:
         return value
     if isinstance(value, float) and allow_percent:
         if not 0 < value <= 1:
-            raise ValueError(f"invalid share {value!r}: a fraction must be in (0, 1]")
+            raise ValueError(f"invalid size {value!r}: a share must be in (0, 1]")
         return value
     if isinstance(value, str):
         match = _SIZE.match(value)
