@@ -70,16 +70,22 @@ class TensorSpec:
     name: str
     datatype: str
     shape: tuple[int, ...]
+    optional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ModelMetadata:
-    """What the model's session says about itself."""
+    """What the model's session says about itself.
+
+    `input_sets`, when given, lists the alternative sets of inputs a request may send (e.g.
+    `text` or `input_ids` + `attention_mask`); otherwise every non-optional input is required.
+    """
 
     name: str
     platform: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    input_sets: tuple[tuple[str, ...], ...] = ()
 
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)

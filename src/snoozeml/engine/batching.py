@@ -197,6 +197,7 @@ def _ratio(a: float, b: int) -> float | None:
 
 
 RunBlocking = Callable[[Arrays, Sequence[str] | None], Arrays]
+RunManyBlocking = Callable[[Sequence[Arrays], Sequence[str] | None], list[Arrays]]
 OomHook = Callable[[], Awaitable[object]]
 
 
@@ -205,9 +206,15 @@ class _Unsplittable(Exception):
 
 
 def run_batch_blocking(
-    run: RunBlocking, batch: Sequence[Pending], outputs: Sequence[str] | None
+    run: RunBlocking,
+    run_many: RunManyBlocking | None,
+    batch: Sequence[Pending],
+    outputs: Sequence[str] | None,
 ) -> list[Arrays]:
-    """Merge, run once, split. Runs on the replica's worker thread."""
+    """Merge, run once, split — or let a backend that batches itself (tokenizing text,
+    trimming padding) do all three. Runs on the replica's worker thread."""
+    if run_many is not None:
+        return run_many([p.inputs for p in batch], outputs)
     merged = merge_inputs([p.inputs for p in batch])
     results = run(merged, outputs)
     parts = split_outputs(results, [p.rows for p in batch])
@@ -228,9 +235,11 @@ class Batcher:
         stats: BatchStats,
         clock: Callable[[], float] = time.monotonic,
         on_oom: OomHook | None = None,
+        run_many: RunManyBlocking | None = None,
     ) -> None:
         self.model = model
         self._on_oom = on_oom
+        self._run_many = run_many
         self.policy = policy
         self.stats = stats
         self._run = run
@@ -279,10 +288,15 @@ class Batcher:
         pending = Pending(key, rows, inputs, wanted, now, deadline, future)
         self._queue.append(pending)
         self._wakeup.set()
-        if queue_timeout is not None:
-            # Answer at the deadline even while the worker is busy with an earlier batch.
-            asyncio.get_running_loop().call_later(queue_timeout, self._expire, pending)
-        return await future
+        if queue_timeout is None:
+            return await future
+        # Answer at the deadline even while the worker is busy with an earlier batch. The timer
+        # holds the request (inputs, and outputs once answered): cancel it as soon as we're done.
+        timer = asyncio.get_running_loop().call_later(queue_timeout, self._expire, pending)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def _expire(self, pending: Pending) -> None:
         if pending.dispatched or pending.future.done():
@@ -359,7 +373,7 @@ class Batcher:
         outputs = batch[0].outputs
         try:
             return await loop.run_in_executor(
-                self._worker, run_batch_blocking, self._run, batch, outputs
+                self._worker, run_batch_blocking, self._run, self._run_many, batch, outputs
             )
         except _Unsplittable:
             self._disable(

@@ -41,7 +41,7 @@ from snoozeml.errors import (
     SnoozeError,
 )
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Backend, Instance, is_out_of_memory
+from snoozeml.runtime.base import Backend, Instance, is_out_of_memory, prepare_blocking
 
 Clock = Callable[[], float]
 
@@ -300,6 +300,7 @@ class Model:
                     self._loader, file_sizes_blocking, self.spec
                 )
                 self.stats.predicted_bytes = self._memory.predicted(self.spec, self._sizes)
+            await loop.run_in_executor(self._loader, prepare_blocking, self._backend, self.spec)
             resident = self.stats.measured_bytes or self.stats.predicted_bytes or 0
             async with self._memory.admission(self, resident, self._sizes.transient):
                 probe = self._memory.probe

@@ -49,7 +49,10 @@ def start_replica(
     on_oom: OomHook | None,
 ) -> Replica:
     worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{name}")
-    batcher = Batcher(name, instance.run_blocking, worker, policy, stats, on_oom=on_oom)
+    run_many = getattr(instance, "run_many_blocking", None)  # backends that batch themselves
+    batcher = Batcher(
+        name, instance.run_blocking, worker, policy, stats, on_oom=on_oom, run_many=run_many
+    )
     batcher.start()
     return Replica(instance, worker, batcher)
 

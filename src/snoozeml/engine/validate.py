@@ -39,9 +39,17 @@ def check_request(request: InferRequest, metadata: ModelMetadata) -> None:
                 f"input {tensor.name!r}: shape {_shape_text(tensor.shape)} does not match the "
                 f"model's {_shape_text(spec.shape)} (-1 is any size)"
             )
-    missing = [name for name in expected if name not in seen]
-    if missing:
-        raise InvalidInput(f"missing input {missing[0]!r} for model {model!r}; expected {expected}")
+    if metadata.input_sets:
+        if not any(seen.issuperset(group) for group in metadata.input_sets):
+            choices = " or ".join(str(list(group)) for group in metadata.input_sets)
+            raise InvalidInput(f"model {model!r} takes {choices}; got {sorted(seen)}")
+    else:
+        required = [spec.name for spec in metadata.inputs if not spec.optional]
+        missing = [name for name in required if name not in seen]
+        if missing:
+            raise InvalidInput(
+                f"missing input {missing[0]!r} for model {model!r}; expected {expected}"
+            )
     if request.outputs:
         known = [spec.name for spec in metadata.outputs]
         wanted: set[str] = set()

@@ -28,6 +28,14 @@ class Backend(Protocol):
     def load_blocking(self, spec: ModelConfig) -> Instance: ...
 
 
+def prepare_blocking(backend: Backend, spec: ModelConfig) -> None:
+    """Let a backend import what a model's code needs before its load is measured (memory
+    that stays for the life of the process should not be charged to the model)."""
+    prepare = getattr(backend, "prepare_blocking", None)
+    if prepare is not None:
+        prepare(spec)
+
+
 def backend_for(spec: ModelConfig) -> Backend:
     """The backend that serves `spec.format`; imported lazily so ONNX never imports torch."""
     if spec.format == "onnx":
@@ -36,9 +44,15 @@ def backend_for(spec: ModelConfig) -> Backend:
         return OnnxBackend()
     from snoozeml.runtime.unavailable import UnavailableBackend
 
-    return UnavailableBackend(
-        f"model format {spec.format!r} is not supported by this build of snoozeml"
-    )
+    if spec.format == "torch":
+        try:
+            from snoozeml.runtime.torch import TorchBackend
+        except ImportError as exc:
+            return UnavailableBackend(
+                f"{exc}; torch models need the extra: pip install 'snoozeml[torch]'"
+            )
+        return TorchBackend(spec.intra_op_threads)
+    return UnavailableBackend(f"model format {spec.format!r} is not supported")
 
 
 _OOM_MARKERS = (

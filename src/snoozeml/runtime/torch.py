@@ -1,0 +1,385 @@
+"""safetensors models through PyTorch: Hugging Face folders via `transformers`, or a plain
+state dict with a user module factory. Optional: needs `pip install 'snoozeml[torch]'`.
+
+A Hugging Face feature-extraction model serves `last_hidden_state` and a pooled `embedding`;
+classification models serve `logits`. With `tokenize = true` and a tokenizer.json, a model
+also takes a BYTES input `text` (one string per row), tokenized here. Rows of one batch are
+padded to its longest, and each request gets its outputs trimmed to its own token length, so a
+batched request answers exactly as it would alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from snoozeml.config import ModelConfig
+from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
+
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "serving safetensors models needs PyTorch: pip install 'snoozeml[torch]'"
+    ) from exc
+
+# Imported now, at start-up, so that their own memory is not charged to the first model loaded.
+for _name in ("transformers", "tokenizers", "safetensors.torch"):
+    with contextlib.suppress(ImportError):  # reported when a model needs it, naming the extra
+        importlib.import_module(_name)
+with contextlib.suppress(ImportError):
+    _hf_logging: Any = importlib.import_module("transformers.utils.logging")
+    _hf_logging.set_verbosity_error()
+    _hf_logging.disable_progress_bar()
+
+PLATFORM = "pytorch_safetensors"
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+Arrays = dict[str, np.ndarray]
+
+
+def torch_device(device: str) -> torch.device:
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda:0")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} was asked for but CUDA is not available")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("device 'mps' was asked for but MPS is not available")
+    return torch.device(device)
+
+
+def task_of(config: dict[str, Any]) -> str:
+    """The task a Hugging Face config implies through its architectures."""
+    for arch in config.get("architectures") or []:
+        if arch.endswith("ForSequenceClassification"):
+            return "text-classification"
+        if arch.endswith("ForImageClassification"):
+            return "image-classification"
+    return "feature-extraction"
+
+
+_AUTO_CLASSES = {
+    "feature-extraction": "AutoModel",
+    "text-classification": "AutoModelForSequenceClassification",
+    "image-classification": "AutoModelForImageClassification",
+}
+
+
+def _model_class(folder: Path, task: str | None) -> tuple[str, Any]:
+    """The task and the transformers class for a folder; importing the class's module is
+    what costs memory for good, so it happens here, before the load is measured."""
+    transformers = _require("transformers")
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    task = task or task_of(raw)
+    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    auto = getattr(transformers, _AUTO_CLASSES[task])
+    try:
+        cls = auto._model_mapping[type(config)]
+    except KeyError:
+        raise RuntimeError(
+            f"transformers has no {_AUTO_CLASSES[task]} for model type "
+            f"{config.model_type!r} (task {task!r})"
+        ) from None
+    return task, cls
+
+
+class HuggingFaceInstance:
+    def __init__(self, spec: ModelConfig) -> None:
+        folder = spec.path
+        self.task, cls = _model_class(folder, spec.task)
+        self.device = torch_device(spec.device)
+        dtype = _DTYPES[spec.dtype]
+        self.model = cls.from_pretrained(
+            str(folder), local_files_only=True, use_safetensors=True, **_dtype_kwarg(dtype)
+        ).to(self.device).eval()
+        _page_in(self.model)
+        self.pooling = spec.pooling
+        self.normalize = spec.normalize
+        self.max_length = spec.max_length
+        self.tokenizer: Any = None
+        if spec.tokenize:
+            tokenizer_file = folder / "tokenizer.json"
+            if not tokenizer_file.is_file():
+                raise RuntimeError(f"tokenize = true but {tokenizer_file} does not exist")
+            Tokenizer = _require("tokenizers").Tokenizer
+            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            self.tokenizer.no_padding()
+            self.tokenizer.enable_truncation(max_length=self.max_length)
+        self._metadata = self._describe(spec.name)
+
+    def _describe(self, name: str) -> ModelMetadata:
+        hidden = int(getattr(self.model.config, "hidden_size", -1) or -1)
+        inputs: list[TensorSpec] = []
+        outputs: list[TensorSpec] = []
+        if self.task == "image-classification":
+            channels = int(getattr(self.model.config, "num_channels", 3))
+            size = getattr(self.model.config, "image_size", -1)
+            side = int(size if isinstance(size, int) else -1)
+            inputs.append(TensorSpec("pixel_values", "FP32", (-1, channels, side, side)))
+        else:
+            optional = self.tokenizer is not None
+            inputs.append(TensorSpec("input_ids", "INT64", (-1, -1), optional))
+            inputs.append(TensorSpec("attention_mask", "INT64", (-1, -1), optional))
+            if self._takes_token_types():
+                inputs.append(TensorSpec("token_type_ids", "INT64", (-1, -1), True))
+            if optional:
+                inputs.append(TensorSpec("text", "BYTES", (-1,), True))
+        if self.task == "feature-extraction":
+            outputs.append(TensorSpec("last_hidden_state", "FP32", (-1, -1, hidden)))
+            outputs.append(TensorSpec("embedding", "FP32", (-1, hidden)))
+        else:
+            labels = int(getattr(self.model.config, "num_labels", -1))
+            outputs.append(TensorSpec("logits", "FP32", (-1, labels)))
+        sets: tuple[tuple[str, ...], ...] = ()
+        if self.tokenizer is not None:
+            sets = (("text",), ("input_ids", "attention_mask"))
+        return ModelMetadata(name, PLATFORM, tuple(inputs), tuple(outputs), sets)
+
+    def _takes_token_types(self) -> bool:
+        return int(getattr(self.model.config, "type_vocab_size", 0) or 0) > 0
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self._metadata
+
+    # --- running --------------------------------------------------------------------------
+
+    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
+        return self.run_many_blocking([inputs], outputs)[0]
+
+    def run_many_blocking(
+        self, requests: Sequence[Arrays], outputs: Sequence[str] | None
+    ) -> list[Arrays]:
+        """Run several requests as one batch; each gets its own rows back."""
+        if "text" in requests[0]:
+            feeds, lengths = self._tokenize([r["text"] for r in requests])
+        else:
+            feeds = {k: np.concatenate([r[k] for r in requests]) for k in requests[0]}
+            lengths = [r[next(iter(r))].shape[-1] if r else 0 for r in requests]
+        rows = [next(iter(r.values())).shape[0] for r in requests]
+        results = self._forward(feeds)
+        wanted = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
+        parts: list[Arrays] = []
+        start = 0
+        for count, length in zip(rows, lengths, strict=True):
+            part: Arrays = {}
+            for name in wanted:
+                value = results[name][start:start + count]
+                if name == "last_hidden_state":
+                    value = value[:, :length]
+                part[name] = np.ascontiguousarray(value)
+            parts.append(part)
+            start += count
+        return parts
+
+    def _tokenize(self, texts: Sequence[np.ndarray]) -> tuple[Arrays, list[int]]:
+        """Token ids for every row of every request, padded to the batch's longest; each
+        request's own length is the longest of its rows."""
+        flat: list[str] = []
+        lengths: list[int] = []
+        for array in texts:
+            batch = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                     for v in array.reshape(-1)]
+            flat.extend(batch)
+            lengths.append(0)
+        encodings = self.tokenizer.encode_batch(flat)
+        longest = max((len(e.ids) for e in encodings), default=0)
+        ids = np.zeros((len(encodings), longest), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        types = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            ids[row, :n] = encoding.ids
+            mask[row, :n] = 1
+            types[row, :n] = encoding.type_ids
+        row = 0
+        for i, array in enumerate(texts):
+            count = array.reshape(-1).shape[0]
+            own = [len(e.ids) for e in encodings[row:row + count]]
+            lengths[i] = max(own, default=0)
+            row += count
+        feeds: Arrays = {"input_ids": ids, "attention_mask": mask}
+        if self._takes_token_types():
+            feeds["token_type_ids"] = types
+        return feeds, lengths
+
+    def _forward(self, feeds: Arrays) -> Arrays:
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
+                   for k, v in feeds.items()}
+        with torch.inference_mode():
+            out = self.model(**tensors)
+        if self.task != "feature-extraction":
+            return {"logits": out.logits.float().cpu().numpy()}
+        hidden = out.last_hidden_state
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = tensors.get("attention_mask")
+            if mask is None:
+                pooled = hidden.mean(dim=1)
+            else:
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+        return {
+            "last_hidden_state": hidden.float().cpu().numpy(),
+            "embedding": pooled.float().cpu().numpy(),
+        }
+
+    def close(self) -> None:
+        del self.model
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class StateDictInstance:
+    """A plain safetensors state dict loaded strictly into the module a factory returns."""
+
+    def __init__(self, spec: ModelConfig) -> None:
+        load_file = _require("safetensors.torch").load_file
+        if not spec.module:
+            raise RuntimeError(
+                "a plain .safetensors model needs `module = \"package.module:factory\"`"
+            )
+        if not spec.inputs or not spec.outputs:
+            raise RuntimeError("a plain .safetensors model needs `inputs` and `outputs` declared")
+        factory = _import_factory(spec.module, spec.path.parent)
+        module = factory()
+        if not isinstance(module, torch.nn.Module):
+            raise RuntimeError(f"{spec.module} returned {type(module).__name__}, not a "
+                               "torch.nn.Module")
+        self.device = torch_device(spec.device)
+        state = load_file(str(spec.path))
+        try:
+            module.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise RuntimeError(f"the weights do not match {spec.module}: {exc}") from exc
+        del state
+        self.model = module.to(device=self.device, dtype=_DTYPES[spec.dtype]).eval()
+        self.dtype = _DTYPES[spec.dtype]
+        for tensor in (*spec.inputs, *spec.outputs):
+            if tensor.datatype not in OIP_TO_NUMPY:
+                raise RuntimeError(f"tensor {tensor.name!r}: unknown datatype "
+                                   f"{tensor.datatype!r}")
+        self._metadata = ModelMetadata(
+            spec.name, PLATFORM,
+            tuple(TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in spec.inputs),
+            tuple(TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in spec.outputs),
+        )
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        return self._metadata
+
+    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
+        args = []
+        for spec in self._metadata.inputs:
+            tensor = torch.from_numpy(np.ascontiguousarray(inputs[spec.name])).to(self.device)
+            if tensor.is_floating_point():
+                tensor = tensor.to(self.dtype)
+            args.append(tensor)
+        with torch.inference_mode():
+            result = self.model(*args)
+        names = [s.name for s in self._metadata.outputs]
+        if isinstance(result, dict):
+            values = [result[n] for n in names]
+        elif isinstance(result, list | tuple):
+            values = list(result)
+        else:
+            values = [result]
+        if len(values) != len(names):
+            raise RuntimeError(f"the module returned {len(values)} outputs for {len(names)} "
+                               "declared")
+        produced: Arrays = {}
+        for spec, value in zip(self._metadata.outputs, values, strict=True):
+            array = value.detach().cpu()
+            if array.is_floating_point() and spec.datatype in ("FP32", "FP64"):
+                array = array.to(torch.float32 if spec.datatype == "FP32" else torch.float64)
+            produced[spec.name] = array.numpy()
+        wanted = outputs or names
+        return {n: produced[n] for n in wanted}
+
+    def close(self) -> None:
+        del self.model
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _page_in(model: torch.nn.Module) -> None:
+    """Touch every weight once. transformers maps safetensors files lazily, so without this the
+    load would look small and the first requests would fault the weights in one page at a
+    time; with it, the measured size is the real one and unloading returns all of it."""
+    with torch.inference_mode():
+        for tensor in (*model.parameters(), *model.buffers()):
+            if tensor.device.type == "cpu" and tensor.numel():
+                tensor.sum()
+
+
+def _import_factory(target: str, folder: Path) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise RuntimeError(f"module = {target!r} must look like 'package.module:factory'")
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))  # a module next to the weights is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RuntimeError(f"cannot import module {module_name!r}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise RuntimeError(f"module {module_name!r} has no callable {attr!r}")
+    return factory
+
+
+def _require(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise RuntimeError(
+            f"{exc}; torch models need the extra: pip install 'snoozeml[torch]'"
+        ) from exc
+
+
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
+    transformers = _require("transformers")
+    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+class TorchBackend:
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def prepare_blocking(self, spec: ModelConfig) -> None:
+        """Import what the model's code needs (memory that stays after an unload), so the
+        load's measurement counts only the model."""
+        if spec.path.is_dir():
+            self._check_folder(spec.path)
+            _model_class(spec.path, spec.task)
+        elif spec.module:
+            _import_factory(spec.module, spec.path.parent)
+
+    def load_blocking(self, spec: ModelConfig) -> HuggingFaceInstance | StateDictInstance:
+        if self.threads > 0:
+            torch.set_num_threads(self.threads)  # process-wide in PyTorch
+        if spec.path.is_dir():
+            self._check_folder(spec.path)
+            return HuggingFaceInstance(spec)
+        return StateDictInstance(spec)
+
+    @staticmethod
+    def _check_folder(folder: Path) -> None:
+        if not (folder / "config.json").is_file():
+            raise RuntimeError(f"{folder} has no config.json (a Hugging Face folder needs one)")
