@@ -36,6 +36,10 @@ clean:
 	rm -rf $(VENV) demo .mypy_cache .ruff_cache .pytest_cache
 
 # Regenerate the gRPC modules from our .proto with the pinned grpcio-tools (checked in).
+# The descriptors go into a private pool: tritonclient registers the same `inference.*` names
+# in protobuf's default pool, and a process importing both must not fail.
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I src --python_out=src --grpc_python_out=src --pyi_out=src \
 		src/snoozeml/proto/inference.proto
+	sed -i 's/^DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(/POOL = _descriptor_pool.DescriptorPool()\nDESCRIPTOR = POOL.AddSerializedFile(/' \
+		src/snoozeml/proto/inference_pb2.py

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from snoozeml.api.binary import array_to_raw, raw_to_array
 from snoozeml.api.codec import parse_datatype, parse_shape
@@ -268,7 +268,8 @@ _Status = health_pb2.HealthCheckResponse.ServingStatus
 
 class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     """Service "" is the server (NOT_SERVING while draining); a model name is SERVING unless
-    that model is FAILED; any other name is SERVICE_UNKNOWN."""
+    that model is FAILED; any other name is SERVICE_UNKNOWN. Watch streams end once the
+    server drains, after their last status."""
 
     def __init__(self, service: InferenceService) -> None:
         self.service = service
@@ -295,7 +296,23 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             if status != last:
                 await context.write(health_pb2.HealthCheckResponse(status=status))
                 last = status
+            if self.service.draining:
+                # End the stream: an open Watch would hold the gRPC server's stop for the
+                # whole drain_timeout.
+                return
             await changed.wait()
+
+
+def _reflection_pool() -> Any:
+    """Our descriptors live in a private pool (see `make proto`); reflection answers from it,
+    so the health and reflection services' own files are added there too."""
+    pool = pb.DESCRIPTOR.pool
+    for file in (health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR):
+        try:
+            pool.FindFileByName(file.name)
+        except KeyError:
+            pool.AddSerializedFile(file.serialized_pb)
+    return pool
 
 
 def create_grpc_server(
@@ -315,5 +332,5 @@ def create_grpc_server(
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         reflection.SERVICE_NAME,
     )
-    reflection.enable_server_reflection(names, server)
+    reflection.enable_server_reflection(names, server, pool=_reflection_pool())
     return server

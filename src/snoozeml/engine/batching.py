@@ -85,6 +85,11 @@ def batch_key(inputs: Arrays, outputs: tuple[str, ...] | None) -> tuple[BatchKey
     return (tuple(parts), outputs), max(rows, 0)
 
 
+# A batch holding a request with a deadline is dispatched this long before that deadline
+# instead of waiting out max_delay for company.
+DEADLINE_MARGIN = 0.0005
+
+
 def collect_batch(queue: Sequence[Pending], now: float, policy: BatchPolicy) -> Decision:
     """What to do next with `queue` (oldest first) at time `now`. Pure."""
     expired: list[Pending] = []
@@ -117,9 +122,14 @@ def collect_batch(queue: Sequence[Pending], now: float, policy: BatchPolicy) -> 
             full = True
             break
     waited = now - oldest.enqueued_at
-    if full or policy.max_delay <= 0 or waited >= policy.max_delay:
+    # Waiting for company must not make a member time out: its deadline dispatches early.
+    due = min((p.deadline for p in batch if p.deadline is not None), default=None)
+    urgent = due is not None and due - now <= DEADLINE_MARGIN
+    if full or policy.max_delay <= 0 or waited >= policy.max_delay or urgent:
         return Decision(batch, expired, dropped, None)
     wait = policy.max_delay - waited
+    if due is not None:
+        wait = min(wait, due - now - DEADLINE_MARGIN)
     deadlines = [p.deadline - now for p in live if p.deadline is not None]
     if deadlines:
         wait = min(wait, *deadlines)
@@ -270,6 +280,9 @@ class Batcher:
         self, inputs: Arrays, outputs: Sequence[str] | None, queue_timeout: float | None = None
     ) -> Arrays:
         """Queue one validated request and wait for its own rows of the outputs."""
+        if len(self._queue) >= self.policy.max_queue:
+            # Timed-out or abandoned requests wait for the loop to drop them; not here.
+            self._queue = deque(p for p in self._queue if not p.future.done())
         if len(self._queue) >= self.policy.max_queue:
             self.stats.queue_full += 1
             mean_run = self.stats.run_s / self.stats.batches if self.stats.batches else 0.01

@@ -159,7 +159,7 @@ class InferenceService:
                 results = await model.run(replica, inputs, wanted, timeout)
             finally:
                 model.release()
-        except BaseException:
+        except Exception:  # not CancelledError: a client that left is not a model error
             model.stats.errors += 1
             raise
         specs = {spec.name: spec for spec in metadata.outputs}

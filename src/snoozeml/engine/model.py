@@ -98,6 +98,9 @@ class Model:
         self._load_task: asyncio.Task[SnoozeError | None] | None = None
         self._unload_task: asyncio.Task[None] | None = None
         self._in_flight = 0
+        # Requests waiting on a load: the model they load is not idle before they take their
+        # lease, or a load waiting for memory could evict it first (and be evicted in turn).
+        self._awaiting_load = 0
         self._drained: asyncio.Event | None = None
         self._last_release = clock()
         self._loaded_at = clock()
@@ -167,7 +170,7 @@ class Model:
             return None
         if self._state is State.UNLOADING:
             holds = "unloading"
-        elif self._in_flight or self.queued:
+        elif self._in_flight or self.queued or self._awaiting_load:
             holds = "busy"
         elif self.pinned:
             holds = "pinned"
@@ -210,7 +213,11 @@ class Model:
             try:
                 if remaining <= 0:
                     raise TimeoutError
-                aborted = await asyncio.wait_for(asyncio.shield(self._load_task), remaining)
+                self._awaiting_load += 1
+                try:
+                    aborted = await asyncio.wait_for(asyncio.shield(self._load_task), remaining)
+                finally:
+                    self._awaiting_load -= 1  # the loop takes the lease without awaiting
             except TimeoutError:
                 raise LoadTimeout(
                     f"model {self.name!r} is still loading after {timeout:g}s", retry_after=5.0
@@ -421,10 +428,14 @@ class Model:
             probe = self._memory.probe
             before = probe.used(self.device)
             if replica is not None:
-                await stop_replica(replica)
-                await asyncio.get_running_loop().run_in_executor(
-                    self._loader, close_replica_blocking, replica
-                )
+                try:
+                    await stop_replica(replica)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._loader, close_replica_blocking, replica
+                    )
+                except Exception as exc:  # the replica is dropped either way
+                    log_event("unload_failed", logging.ERROR, model=self.name,
+                              error=describe_exception(exc))
             del replica
             freed = max(before - probe.used(self.device), 0)
             self.stats.freed_bytes = freed

@@ -1,0 +1,364 @@
+"""Find servable models in a folder, reading metadata only (never the weights).
+
+Two kinds of model are found:
+
+- ONNX: every `.onnx` file that is not another model's external data. Its inputs and outputs come
+  from `onnx.load(..., load_external_data=False)`; batching is on when every input and output has
+  a dynamic first dimension.
+- safetensors: a Hugging Face folder (`config.json` plus `*.safetensors` or a sharded index) is
+  one torch model, its task read from the config's architectures; a `.safetensors` file outside
+  such a folder is a plain state dict, whose module and tensors the user has to declare.
+
+Hidden folders (such as the `.cache/huggingface` that downloads leave behind) are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from snoozeml.datatypes import ONNX_TO_OIP, TensorSpec
+
+Format = Literal["onnx", "torch"]
+Task = Literal["feature-extraction", "text-classification", "image-classification"]
+
+DEFAULT_MAX_BATCH_SIZE = 32
+
+_NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_GENERIC_STEMS = {"model"}
+_ST_POOLING = "sentence_transformers.models.Pooling"
+_ST_NORMALIZE = "sentence_transformers.models.Normalize"
+
+
+@dataclass(frozen=True)
+class ScannedModel:
+    """One model found on disk, as it will be written into models.toml."""
+
+    name: str
+    path: Path  # absolute
+    format: Format
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    # None: leave [models.batching] out (the daemon's defaults apply).
+    max_batch_size: int | None = None
+    batching_note: str | None = None
+    task: Task | None = None
+    tokenize: bool = False
+    pooling: Literal["mean", "cls"] | None = None
+    normalize: bool | None = None
+    max_length: int | None = None
+    # Comment lines written into the entry, for the reader.
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file that looked like a model but is not one SnoozeML can serve, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    models: list[ScannedModel] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def scan_directory(path: Path) -> list[ScannedModel]:
+    """The models found under `path` (a folder, or a single model file), in path order."""
+    return scan(path).models
+
+
+def scan(path: Path, base_name: str | None = None) -> ScanResult:
+    """Like scan_directory, also reporting what was skipped.
+
+    `base_name` prefixes every model name (pull uses the repository's name); without it, names
+    come from the paths below `path`, and from `path`'s own name for a model at its top.
+    """
+    root = path.resolve()
+    found: list[tuple[Path, ScannedModel]] = []
+    skipped: list[Skipped] = []
+    onnx_files: list[Path] = []
+    for folder, files, place in _walk(root):
+        if place == "hf":
+            found.append((folder, _hf_model(folder)))
+        for name in files:
+            if name.endswith(".onnx"):
+                onnx_files.append(folder / name)
+            elif name.endswith(".safetensors") and place == "plain":
+                found.append((folder / name, _plain_state_dict(folder / name)))
+
+    headers: list[tuple[Path, Any]] = []
+    external: set[Path] = set()
+    for file in onnx_files:
+        try:
+            header = _load_onnx_header(file)
+        except NotOnnx as exc:
+            skipped.append(Skipped(file, f"not a readable ONNX model ({exc})"))
+            continue
+        headers.append((file, header))
+        external.update(_external_data_files(header, file.parent))
+    # A file that another model keeps its tensors in is data, not a model, whatever its name.
+    found.extend((file, _onnx_model(file, header)) for file, header in headers
+                 if file.resolve() not in external)
+
+    found.sort(key=lambda item: item[0].as_posix())
+    return ScanResult(models=_named(root, found, base_name), skipped=skipped)
+
+
+# --- walking ---------------------------------------------------------------------------
+
+Place = Literal["hf", "inside-hf", "plain"]
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, list[str], Place]]:
+    """(folder, its file names, where it stands): "hf" for a Hugging Face model folder,
+    "inside-hf" for a folder within one (its weights belong to that model), else "plain"."""
+    if root.is_file():
+        yield root.parent, [root.name], "plain"
+        return
+    hf_folders: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        folder = Path(dirpath)
+        files = sorted(f for f in filenames if not f.startswith("."))
+        place: Place = "plain"
+        if any(folder.is_relative_to(hf) for hf in hf_folders):
+            place = "inside-hf"
+        elif _is_hf_folder(folder, files):
+            hf_folders.append(folder)
+            place = "hf"
+        yield folder, files, place
+
+
+def _is_hf_folder(folder: Path, files: Iterable[str]) -> bool:
+    names = set(files)
+    if "config.json" not in names or not (folder / "config.json").is_file():
+        return False
+    return any(n.endswith((".safetensors", ".safetensors.index.json")) for n in names)
+
+
+# --- ONNX ------------------------------------------------------------------------------
+
+
+class NotOnnx(Exception):
+    """A `.onnx` file that does not parse as a model (internal to the scan)."""
+
+
+def _load_onnx_header(file: Path) -> Any:
+    """The model without its external tensors: graph, inputs, outputs, embedded weights."""
+    import onnx  # heavy import, only when there is an ONNX file to read
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(file), load_external_data=False)
+    except (OSError, DecodeError, ValueError) as exc:
+        raise NotOnnx(_first_line(exc)) from exc
+    if not model.graph.output:  # an empty file parses as an empty ModelProto
+        raise NotOnnx("it has no graph outputs")
+    return model
+
+
+def _external_data_files(model: Any, folder: Path) -> set[Path]:
+    """The files an ONNX model keeps its external tensors in, resolved."""
+    from onnx import TensorProto
+
+    locations: set[Path] = set()
+    for tensor in _initializers(model.graph):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    locations.add((folder / entry.value).resolve())
+    return locations
+
+
+def _initializers(graph: Any) -> Iterator[Any]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from _initializers(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _initializers(subgraph)
+
+
+def _tensor_spec(value: Any) -> TensorSpec:
+    from onnx import TensorProto
+
+    tensor_type = value.type.tensor_type
+    type_name = TensorProto.DataType.Name(tensor_type.elem_type).lower()
+    datatype = ONNX_TO_OIP.get(f"tensor({type_name})", type_name.upper())
+    shape = tuple(
+        dim.dim_value if dim.HasField("dim_value") else -1 for dim in tensor_type.shape.dim
+    )
+    return TensorSpec(value.name, datatype, shape)
+
+
+def _onnx_model(file: Path, model: Any) -> ScannedModel:
+    initializer_names = {t.name for t in model.graph.initializer}
+    inputs = tuple(
+        _tensor_spec(v) for v in model.graph.input if v.name not in initializer_names
+    )
+    outputs = tuple(_tensor_spec(v) for v in model.graph.output)
+    blocker = next(
+        (t for t in (*inputs, *outputs) if not t.shape or t.shape[0] != -1), None
+    )
+    if blocker is None:
+        max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        note = "on: every input and output has a dynamic first dimension"
+    else:
+        max_batch_size = 0
+        first = "it is a scalar" if not blocker.shape else f"it is fixed to {blocker.shape[0]}"
+        note = f"off: the first dimension of {blocker.name!r} is not dynamic ({first})"
+    notes = tuple(
+        f"{label} {t.name} {t.datatype} {list(t.shape)}"
+        for label, group in (("input: ", inputs), ("output:", outputs))
+        for t in group
+    )
+    return ScannedModel(
+        name="", path=file, format="onnx", inputs=inputs, outputs=outputs,
+        max_batch_size=max_batch_size, batching_note=note, notes=notes,
+    )
+
+
+# --- safetensors -----------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _task_of(architectures: list[str]) -> Task | None:
+    for arch in architectures:
+        if arch.endswith("ForSequenceClassification"):
+            return "text-classification"
+        if arch.endswith("ForImageClassification"):
+            return "image-classification"
+        if arch.endswith("Model") and not arch.endswith(("LMHeadModel", "PreTrainedModel")):
+            return "feature-extraction"
+    return None
+
+
+def _hf_model(folder: Path) -> ScannedModel:
+    config = _read_json(folder / "config.json")
+    raw = config.get("architectures") if isinstance(config, dict) else None
+    architectures = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
+    task = _task_of(architectures)
+    notes: list[str] = []
+    if task is not None:
+        notes.append(f"task from config.json architectures: {', '.join(architectures)}")
+    elif architectures:
+        notes.append(f"config.json architectures {', '.join(architectures)} match no task "
+                     "SnoozeML serves (feature-extraction, text-classification, "
+                     "image-classification): set task by hand")
+    else:
+        notes.append("config.json names no architectures: set task by hand")
+    tokenize = (folder / "tokenizer.json").is_file()
+    if tokenize:
+        notes.append("tokenize = true: tokenizer.json is present, so the model accepts text")
+    pooling, normalize, max_length = _sentence_transformers(folder, notes) \
+        if task == "feature-extraction" else (None, None, None)
+    return ScannedModel(
+        name="", path=folder, format="torch", task=task, tokenize=tokenize,
+        pooling=pooling, normalize=normalize, max_length=max_length, notes=tuple(notes),
+    )
+
+
+def _sentence_transformers(
+    folder: Path, notes: list[str]
+) -> tuple[Literal["mean", "cls"] | None, bool | None, int | None]:
+    """Pooling, normalisation and length from a sentence-transformers layout, if it is one."""
+    modules = _read_json(folder / "modules.json")
+    if not isinstance(modules, list):
+        return None, None, None
+    kinds = {m.get("type"): m.get("path", "") for m in modules if isinstance(m, dict)}
+    pooling: Literal["mean", "cls"] | None = None
+    if _ST_POOLING in kinds:
+        settings = _read_json(folder / str(kinds[_ST_POOLING]) / "config.json")
+        settings = settings if isinstance(settings, dict) else {}
+        if settings.get("pooling_mode_cls_token"):
+            pooling = "cls"
+        elif settings.get("pooling_mode_mean_tokens"):
+            pooling = "mean"
+        else:
+            notes.append("the sentence-transformers pooling of this model is neither mean nor "
+                         "cls; SnoozeML pools with mean")
+    extra = sorted(str(k).rsplit(".", 1)[-1] for k in kinds
+                   if k not in (_ST_POOLING, _ST_NORMALIZE) and "Transformer" not in str(k))
+    if extra:
+        notes.append(f"sentence-transformers modules not applied by SnoozeML: {', '.join(extra)}")
+    bert_config = _read_json(folder / "sentence_bert_config.json")
+    max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else None
+    return pooling, _ST_NORMALIZE in kinds, max_length if isinstance(max_length, int) else None
+
+
+def _plain_state_dict(file: Path) -> ScannedModel:
+    notes = (
+        "a plain state dict: fill in module (a factory returning the torch.nn.Module,",
+        "\"package.module:function\") and the inputs and outputs it takes, for example:",
+        "module = \"my_package.models:build\"",
+        "inputs = [{ name = \"x\", datatype = \"FP32\", shape = [-1, 4] }]",
+        "outputs = [{ name = \"y\", datatype = \"FP32\", shape = [-1, 2] }]",
+    )
+    return ScannedModel(name="", path=file, format="torch", notes=notes)
+
+
+# --- names -----------------------------------------------------------------------------
+
+
+def sanitise_name(text: str) -> str:
+    """`text` made to fit the config's name rule (letters, digits, `_`, `-`, `.`)."""
+    name = re.sub(r"[^A-Za-z0-9_.\-]+", "-", text)
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name).rstrip("-.")
+    return name if _NAME_RULE.match(name) else "model"
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name-2`, `name-3`… whichever is not in `taken` (compared case-sensitively)."""
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
+
+
+def _words(root: Path, path: Path, base_name: str | None) -> list[str]:
+    rel = path.relative_to(root) if path != root and path.is_relative_to(root) else Path()
+    parts = list(rel.parts)
+    if parts and path.is_file():
+        parts[-1] = parts[-1].removesuffix(".onnx").removesuffix(".safetensors")
+    words = ([base_name] if base_name else []) + parts
+    if len(words) > 1 and words[-1].lower() in _GENERIC_STEMS:
+        words.pop()
+    deduped: list[str] = []
+    for word in words:
+        if not deduped or deduped[-1].lower() != word.lower():
+            deduped.append(word)
+    if not deduped or (base_name is None and [w.lower() for w in deduped] == ["model"]):
+        return [root.name if root.is_dir() else root.parent.name]
+    return deduped
+
+
+def _named(root: Path, found: list[tuple[Path, ScannedModel]],
+           base_name: str | None) -> list[ScannedModel]:
+    taken: set[str] = set()
+    named: list[ScannedModel] = []
+    for path, model in found:
+        name = unique_name(sanitise_name("-".join(_words(root, path, base_name))), taken)
+        taken.add(name)
+        named.append(replace(model, name=name))
+    return named
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
