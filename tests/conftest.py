@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from daemon import Daemon, write_config  # noqa: E402
+from daemon import Daemon, write_config
 
 DaemonFactory = Callable[..., Daemon]
 

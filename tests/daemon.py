@@ -1,7 +1,7 @@
 """A real `snooze serve` process on ephemeral ports, for tests.
 
-The daemon logs `server_started ... http_port=N`; a reader thread collects every log line and
-wakes waiters, so tests wait on events the daemon reports, never on sleeps.
+The daemon logs `server_started ... http_port=N grpc_port=M`; a reader thread collects every log
+line and wakes waiters, so tests wait on events the daemon reports, never on sleeps.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ class Daemon:
         self._cond = threading.Condition()
         self._proc: subprocess.Popen[str] | None = None
         self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self._reader_done = False
 
     # --- process --------------------------------------------------------------------------
 
@@ -51,15 +53,20 @@ class Daemon:
         match = re.search(r"http_port=(\d+)", line)
         assert match, line
         self.http_port = int(match.group(1))
+        match = re.search(r"grpc_port=(\d+)", line)
+        assert match, line
+        self.grpc_port = int(match.group(1))
         return self
 
     def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
+        assert self._proc is not None
+        assert self._proc.stdout is not None
         for line in self._proc.stdout:
             with self._cond:
                 self.lines.append(line.rstrip("\n"))
                 self._cond.notify_all()
         with self._cond:
+            self._reader_done = True
             self._cond.notify_all()
 
     @property
@@ -70,6 +77,10 @@ class Daemon:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def rss(self) -> int:
         return int(psutil.Process(self.pid).memory_info().rss)
@@ -107,17 +118,12 @@ class Daemon:
                     if regex.search(line):
                         return line
                 checked = max(checked, len(self.lines))
-                if self._proc is not None and self._proc.poll() is not None and \
-                        not self._reader_pending():
+                if self._reader_done:
                     raise DaemonError(f"daemon exited before {pattern!r}:\n" + self.log())
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise DaemonError(f"no log line matched {pattern!r}:\n" + self.log())
                 self._cond.wait(min(remaining, 0.5))
-
-    def _reader_pending(self) -> bool:
-        assert self._proc is not None and self._proc.stdout is not None
-        return not self._proc.stdout.closed and False
 
     def log(self) -> str:
         with self._cond:

@@ -9,11 +9,15 @@ generator, so the same arguments always write the same file.
 from __future__ import annotations
 
 import itertools
+import math
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
@@ -212,3 +216,105 @@ def write_classifier(path: Path, seed: int = 0) -> Path:
         initializers,
     )
     return _save(graph, path)
+
+
+def write_loop_model(path: Path, size: int = 256, seed: int = 0) -> Path:
+    """A model whose run takes as long as each request asks: its ``trips`` input sets the work.
+
+    ``x`` FP32 [batch, 4] and ``trips`` INT64 scalar -> ``y`` FP32 [batch, 4] = x + mean(S),
+    where S starts as a fixed [size, size] matrix and goes ``trips`` times through
+    S <- Tanh(S @ W) in a Loop. Each trip is one dense [size, size] matmul on a loop-carried
+    value, so no optimiser can fold it away and run time grows linearly with ``trips``.
+    The scalar input means the model cannot be batched: requests run one after another.
+    """
+    rng = np.random.default_rng(seed)
+    s0 = (rng.standard_normal((size, size), dtype=np.float32) * np.float32(0.1)).astype(np.float32)
+    w = _weight(rng, size, size)
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+            helper.make_node("MatMul", ["s_in", "w"], ["s_mm"], name="step"),
+            helper.make_node("Tanh", ["s_mm"], ["s_out"], name="squash"),
+        ],
+        "trip",
+        [
+            _value("i", TensorProto.INT64, []),
+            _value("cond_in", TensorProto.BOOL, []),
+            _value("s_in", TensorProto.FLOAT, [size, size]),
+        ],
+        [
+            _value("cond_out", TensorProto.BOOL, []),
+            _value("s_out", TensorProto.FLOAT, [size, size]),
+        ],
+    )
+    initializers = [
+        numpy_helper.from_array(s0, "s0"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array(True), "go"),
+    ]
+    nodes = [
+        helper.make_node("Loop", ["trips", "go", "s0"], ["s_final"], body=body, name="loop"),
+        helper.make_node("ReduceMean", ["s_final"], ["m"], keepdims=0, name="mean"),
+        helper.make_node("Add", ["x", "m"], ["y"], name="shift"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "loop",
+        [_value("x", TensorProto.FLOAT, ["batch", 4]), _value("trips", TensorProto.INT64, [])],
+        [_value("y", TensorProto.FLOAT, ["batch", 4])],
+        initializers,
+    )
+    return _save(graph, path)
+
+
+def write_run_failure_model(path: Path) -> Path:
+    """A model that loads fine but fails inside onnxruntime for some inputs.
+
+    ``x`` FP32 [batch, 4] -> ``y`` FP32 = Reshape(x, [3, -1]): runs for a multiple of 3 rows,
+    and onnxruntime raises (FAIL, not INVALID_ARGUMENT) for any other row count.
+    """
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "three_rows"], ["y"], name="reshape")],
+        "run_failure",
+        [_value("x", TensorProto.FLOAT, ["batch", 4])],
+        [_value("y", TensorProto.FLOAT, ["rows", "cols"])],
+        [numpy_helper.from_array(np.array([3, -1], dtype=np.int64), "three_rows")],
+    )
+    return _save(graph, path)
+
+
+# --- running the models in-process, as references ------------------------------------------
+
+
+def reference_session(path: Path) -> ort.InferenceSession:
+    """onnxruntime's own session on ``path``, set up like the daemon's (one intra-op thread)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class LoopModel:
+    """A model of ``write_loop_model`` and the time one trip takes on this machine."""
+
+    path: Path
+    seconds_per_trip: float
+
+    @classmethod
+    def measure(cls, path: Path, trips: int = 300, repeats: int = 5) -> LoopModel:
+        """Time ``trips`` trips (a measure to size requests by, not a speed check). The fastest
+        of ``repeats`` runs counts, so a busy machine makes requests last longer, never less."""
+        session = reference_session(path)
+        feed = {"x": np.zeros((1, 4), np.float32), "trips": np.array(trips, np.int64)}
+        session.run(None, feed)  # warm up
+        fastest = math.inf
+        for _ in range(repeats):
+            started = time.perf_counter()
+            session.run(None, feed)
+            fastest = min(fastest, time.perf_counter() - started)
+        return cls(path, fastest / trips)
+
+    def trips_for(self, seconds: float) -> int:
+        """How many trips make one run last about ``seconds`` here."""
+        return max(1, math.ceil(seconds / self.seconds_per_trip))

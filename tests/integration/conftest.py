@@ -1,0 +1,51 @@
+"""Fixtures of the daemon tests: models generated once per session, daemons shared by a
+module. Everything is real: onnxruntime, the `snooze serve` process, httpx over TCP."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from daemon import Daemon, write_config
+from oip_http import output
+from onnx_models import LoopModel, reference_session, write_big_model, write_loop_model
+
+# Other test modules import these from here (`from conftest import output, session_of`);
+# they live in oip_http.py and onnx_models.py.
+session_of = reference_session
+__all__ = ["output", "session_of"]
+
+
+@pytest.fixture(scope="session")
+def big_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 120 MiB of FP32 weights in one .onnx file."""
+    return write_big_model(tmp_path_factory.mktemp("big") / "big.onnx", megabytes=120)
+
+
+@pytest.fixture(scope="session")
+def loop_model(tmp_path_factory: pytest.TempPathFactory) -> LoopModel:
+    """The model whose requests last as long as they ask, measured on this machine."""
+    return LoopModel.measure(write_loop_model(tmp_path_factory.mktemp("loop") / "loop.onnx"))
+
+
+StartDaemon = Callable[..., Daemon]
+
+
+@pytest.fixture(scope="module")
+def module_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartDaemon]:
+    """Like `serve`, for daemons that every test of a module shares; all stopped at the end.
+    Model paths in the config are relative to `directory`."""
+    started: list[Daemon] = []
+
+    def start(config_body: str, directory: Path | None = None,
+              env: dict[str, str] | None = None) -> Daemon:
+        folder = directory or tmp_path_factory.mktemp("daemon")
+        daemon = Daemon(write_config(folder, textwrap.dedent(config_body)), (), env)
+        started.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in started:
+        daemon.stop()

@@ -1,0 +1,61 @@
+"""Graceful shutdown: SIGTERM lets every request in flight finish, then exits 0 (Done means 8)."""
+
+from __future__ import annotations
+
+import re
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+from oip_http import loop_request, output, wait_for_status
+from onnx_models import LoopModel, reference_session
+
+
+def test_sigterm_with_twenty_requests_in_flight_answers_all_of_them_then_exits_0(
+    serve: Any, loop_model: LoopModel
+) -> None:
+    daemon = serve(f"""
+[[models]]
+name = "slow"
+path = "{loop_model.path}"
+""")
+    long_trips = loop_model.trips_for(2.5)
+    short_trips = loop_model.trips_for(0.02)
+    limits = httpx.Limits(max_connections=30)
+    with httpx.Client(base_url=daemon.url, timeout=120, limits=limits) as client, \
+            ThreadPoolExecutor(20) as pool:
+        warm = client.post("/v2/models/slow/infer", json=loop_request(1))
+        assert warm.status_code == 200, warm.text
+
+        # One long request occupies the model's worker; 19 short ones queue behind it, so all
+        # 20 hold a lease on the model when the signal arrives.
+        first = pool.submit(client.post, "/v2/models/slow/infer", json=loop_request(long_trips))
+        wait_for_status(client, "slow", lambda m: m["in_flight"] == 1)
+        rest = [
+            pool.submit(client.post, "/v2/models/slow/infer",
+                        json=loop_request(short_trips, rows=2))
+            for _ in range(19)
+        ]
+        wait_for_status(client, "slow", lambda m: m["in_flight"] == 20)
+        assert not first.done()
+
+        mark = daemon.mark()
+        daemon.signal(signal.SIGTERM)
+        daemon.wait_for_log(r"shutdown_requested signal=SIGTERM", start=mark)
+        responses = [first.result(), *(future.result() for future in rest)]
+    exit_code = daemon.wait()
+
+    for response in responses:
+        assert response.status_code == 200, response.text
+    assert output(responses[0].json(), "y").shape == (1, 4)
+    (expected,) = reference_session(loop_model.path).run(
+        None, {"x": np.ones((2, 4), np.float32), "trips": np.array(short_trips, np.int64)})
+    for response in responses[1:]:
+        np.testing.assert_allclose(output(response.json(), "y"), expected, rtol=1e-6)
+    assert exit_code == 0
+    log = "\n".join(daemon.lines[mark:])
+    assert "model_unloaded model=slow reason=shutdown" in log
+    assert re.search(r"server_stopped", log)
+    assert "Traceback" not in daemon.log()

@@ -1,0 +1,378 @@
+"""load_config on real files: defaults, resolution, inheritance, env overrides, error lines."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from snoozeml.config import load_config
+from snoozeml.errors import ConfigError
+
+
+def write(directory: Path, body: str, name: str = "models.toml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(body).lstrip("\n"))
+    return path
+
+
+def problems_of(path: Path, environ: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ or {})
+    assert info.value.problems, "a ConfigError must list at least one problem"
+    assert str(info.value) == "\n".join(info.value.problems)
+    return info.value.problems
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "models" / "tiny.onnx"
+    path.parent.mkdir()
+    path.write_bytes(b"not read by load_config")
+    return path
+
+
+# --- valid files -------------------------------------------------------------------------
+
+
+def test_empty_file_gives_every_default(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), {})
+    server = config.server
+    assert server.host == "127.0.0.1"
+    assert server.http_port == 8080
+    assert server.grpc_port == 8081
+    assert server.idle_timeout == 300.0
+    assert server.load_timeout == 300.0
+    assert server.drain_timeout == 30.0
+    assert server.max_request_size == 64 * 2**20
+    assert server.log_level == "info"
+    assert server.memory.host_budget == pytest.approx(0.8)
+    assert server.memory.gpu_budget == pytest.approx(0.9)
+    assert config.models == []
+    assert config.source == (tmp_path / "models.toml").resolve()
+
+
+def test_model_defaults_and_relative_path_resolved_against_the_config_file(
+    tmp_path: Path, model_file: Path
+) -> None:
+    elsewhere = tmp_path / "conf"
+    elsewhere.mkdir()
+    (elsewhere / "models").mkdir()
+    (elsewhere / "models" / "tiny.onnx").write_bytes(b"x")
+    path = write(elsewhere, """
+        [[models]]
+        name = "tiny"
+        path = "models/tiny.onnx"
+    """)
+    (model,) = load_config(path, {}).models
+    assert model.path == elsewhere / "models" / "tiny.onnx"
+    assert model.path.is_absolute()
+    assert model.format == "onnx"
+    assert model.device == "auto"
+    assert model.preload is False
+    assert model.intra_op_threads == 1
+    assert model.tensorrt is False
+    assert model.idle_timeout == 300.0
+    assert model.load_timeout == 300.0
+
+
+def test_absolute_model_path_is_kept(tmp_path: Path, model_file: Path) -> None:
+    path = write(tmp_path, f"""
+        [[models]]
+        name = "tiny"
+        path = "{model_file}"
+    """)
+    assert load_config(path, {}).models[0].path == model_file
+
+
+@pytest.mark.parametrize(
+    ("make", "fmt"),
+    [
+        (lambda d: (d / "m.onnx").write_bytes(b"x") and "m.onnx", "onnx"),
+        (lambda d: (d / "m.safetensors").write_bytes(b"x") and "m.safetensors", "torch"),
+        (lambda d: (d / "hf").mkdir() or "hf", "torch"),
+    ],
+    ids=["onnx-file", "safetensors-file", "folder"],
+)
+def test_format_is_inferred_from_the_path(tmp_path: Path, make: object, fmt: str) -> None:
+    relative = make(tmp_path)  # type: ignore[operator]
+    path = write(tmp_path, f"""
+        [[models]]
+        name = "m"
+        path = "{relative}"
+    """)
+    assert load_config(path, {}).models[0].format == fmt
+
+
+def test_explicit_format_wins_over_inference(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    path = write(tmp_path, """
+        [[models]]
+        name = "m"
+        path = "weights.bin"
+        format = "onnx"
+    """)
+    assert load_config(path, {}).models[0].format == "onnx"
+
+
+def test_unknown_file_kind_is_a_problem_naming_the_path_key_and_line(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    path = write(tmp_path, """
+        [[models]]
+        name = "m"
+        path = "weights.bin"
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:3: models[0].path: cannot tell the format")
+
+
+def test_idle_timeout_is_inherited_overridden_or_pinned(tmp_path: Path, model_file: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        idle_timeout = "90s"
+        load_timeout = "2m"
+
+        [[models]]
+        name = "inherits"
+        path = "models/tiny.onnx"
+
+        [[models]]
+        name = "overrides"
+        path = "models/tiny.onnx"
+        idle_timeout = "1s"
+        load_timeout = "10s"
+
+        [[models]]
+        name = "pinned"
+        path = "models/tiny.onnx"
+        idle_timeout = "never"
+    """)
+    models = {m.name: m for m in load_config(path, {}).models}
+    assert models["inherits"].idle_timeout == 90.0
+    assert models["inherits"].load_timeout == 120.0
+    assert models["overrides"].idle_timeout == 1.0
+    assert models["overrides"].load_timeout == 10.0
+    assert models["pinned"].idle_timeout is None
+    assert models["pinned"].load_timeout == 120.0
+
+
+def test_server_never_pins_every_model_that_does_not_override(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, """
+        [server]
+        idle_timeout = "never"
+
+        [[models]]
+        name = "inherits"
+        path = "models/tiny.onnx"
+
+        [[models]]
+        name = "own"
+        path = "models/tiny.onnx"
+        idle_timeout = "30s"
+    """)
+    models = {m.name: m for m in load_config(path, {}).models}
+    assert models["inherits"].idle_timeout is None
+    assert models["own"].idle_timeout == 30.0
+
+
+def test_sizes_and_memory_budgets_accept_units(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        max_request_size = "1KiB"
+        [server.memory]
+        host_budget = "6GiB"
+        gpu_budget = "50%"
+    """)
+    server = load_config(path, {}).server
+    assert server.max_request_size == 1024
+    assert server.memory.host_budget == 6 * 2**30
+    assert server.memory.gpu_budget == pytest.approx(0.5)
+
+
+def test_snooze_environment_variables_override_server_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        host = "0.0.0.0"
+        http_port = 9000
+        idle_timeout = "5m"
+        log_level = "info"
+    """)
+    config = load_config(path, {
+        "SNOOZE_HOST": "127.0.0.2",
+        "SNOOZE_HTTP_PORT": "9100",
+        "SNOOZE_GRPC_PORT": "9101",
+        "SNOOZE_IDLE_TIMEOUT": "never",
+        "SNOOZE_LOAD_TIMEOUT": "1m",
+        "SNOOZE_DRAIN_TIMEOUT": "5s",
+        "SNOOZE_MAX_REQUEST_SIZE": "2MiB",
+        "SNOOZE_LOG_LEVEL": "DEBUG",
+        "SNOOZE_HOST_BUDGET": "4GiB",
+        "SNOOZE_GPU_BUDGET": "75%",
+        "UNRELATED": "ignored",
+    })
+    server = config.server
+    assert server.host == "127.0.0.2"
+    assert server.http_port == 9100
+    assert server.grpc_port == 9101
+    assert server.idle_timeout is None
+    assert server.load_timeout == 60.0
+    assert server.drain_timeout == 5.0
+    assert server.max_request_size == 2 * 2**20
+    assert server.log_level == "debug"
+    assert server.memory.host_budget == 4 * 2**30
+    assert server.memory.gpu_budget == pytest.approx(0.75)
+
+
+def test_environment_idle_timeout_reaches_models_that_inherit(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "tiny"
+        path = "models/tiny.onnx"
+    """)
+    assert load_config(path, {"SNOOZE_IDLE_TIMEOUT": "2s"}).models[0].idle_timeout == 2.0
+
+
+def test_invalid_environment_value_names_the_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "[server]\nidle_timeout = \"5m\"\n")
+    (problem,) = problems_of(path, {"SNOOZE_IDLE_TIMEOUT": "soon"})
+    assert "server.idle_timeout" in problem
+    assert "$SNOOZE_IDLE_TIMEOUT" in problem
+    assert "invalid duration 'soon'" in problem
+
+
+# --- invalid files: one problem per line, naming key and line ------------------------------
+
+
+def test_unknown_key_names_the_key_and_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        host = "127.0.0.1"
+        idel_timeout = "5m"
+    """)
+    assert problems_of(path) == [f"{path}:3: server.idel_timeout: unknown key"]
+
+
+def test_unknown_key_in_a_model_names_the_model_index_and_line(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "a"
+        path = "models/tiny.onnx"
+
+        [[models]]
+        name = "b"
+        path = "models/tiny.onnx"
+        colour = "blue"
+    """)
+    assert problems_of(path) == [f"{path}:8: models[1].colour: unknown key"]
+
+
+def test_bad_duration_names_the_key_the_line_and_the_value(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "a"
+        path = "models/tiny.onnx"
+        idle_timeout = "5 minutes"
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:4: models[0].idle_timeout: invalid duration '5 minutes'")
+
+
+def test_bad_size_names_the_nested_key_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        idle_timeout = "5m"
+
+        [server.memory]
+        host_budget = "lots"
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:5: server.memory.host_budget: invalid size 'lots'")
+
+
+def test_missing_model_file_names_the_path_key_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "ghost"
+        path = "models/ghost.onnx"
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:3: models[0].path: no such file or folder")
+    assert "ghost.onnx" in problem
+
+
+def test_duplicate_model_name_names_the_key_the_line_and_the_first_definition(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "twin"
+        path = "models/tiny.onnx"
+
+        [[models]]
+        name = "twin"
+        path = "models/tiny.onnx"
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:6: models[1].name: duplicate model name 'twin'")
+    assert "models[0]" in problem
+
+
+def test_missing_required_key_names_it(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "nameless-path"
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:1: models[0].path: missing required key")
+
+
+def test_invalid_device_and_name_are_problems(tmp_path: Path, model_file: Path) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "-bad name"
+        path = "models/tiny.onnx"
+        device = "tpu"
+    """)
+    found = problems_of(path)
+    assert len(found) == 2
+    assert found[0].startswith(f"{path}:2: models[0].name: invalid model name")
+    assert found[1].startswith(f"{path}:4: models[0].device: invalid device 'tpu'")
+
+
+def test_every_problem_of_one_kind_is_listed(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        bogus = 1
+        drain_timeout = "forever"
+        http_port = 70000
+    """)
+    found = sorted(problems_of(path))
+    assert len(found) == 3
+    assert found[0] == f"{path}:2: server.bogus: unknown key"
+    assert found[1].startswith(f"{path}:3: server.drain_timeout: invalid duration 'forever'")
+    assert found[2].startswith(f"{path}:4: server.http_port:")
+    assert "65535" in found[2]
+
+
+def test_bad_toml_names_the_file_and_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        idle_timeout = "5m
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}: invalid TOML")
+    assert "line 2" in problem
+
+
+def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
+    (problem,) = problems_of(tmp_path / "absent.toml")
+    assert "cannot read config" in problem
