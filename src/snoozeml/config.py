@@ -50,7 +50,8 @@ class ServerConfig(_Section):
     load_timeout: Duration = 300.0
     drain_timeout: Duration = 30.0
     max_request_size: Size = 64 * 1024 * 1024
-    grpc_max_message_size: Size = 64 * 1024 * 1024
+    # gRPC takes the limit as a C int: 2 GiB - 1 at most, and 0 would refuse every message.
+    grpc_max_message_size: Size = Field(default=64 * 1024 * 1024, ge=1, le=2**31 - 1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     memory: MemoryConfig = MemoryConfig()
 

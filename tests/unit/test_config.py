@@ -376,3 +376,29 @@ def test_bad_toml_names_the_file_and_the_line(tmp_path: Path) -> None:
 def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
     (problem,) = problems_of(tmp_path / "absent.toml")
     assert "cannot read config" in problem
+
+
+@pytest.mark.parametrize(("value", "wanted"), [
+    ('"2GiB"', "less than or equal to 2147483647"),
+    ("0", "greater than or equal to 1"),
+])
+def test_grpc_max_message_size_must_fit_grpcs_limit(
+    tmp_path: Path, value: str, wanted: str
+) -> None:
+    path = write(tmp_path, f"""
+        [server]
+        grpc_max_message_size = {value}
+    """)
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:2: server.grpc_max_message_size: ")
+    assert wanted in problem
+
+
+def test_grpc_max_message_size_accepts_units_and_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        grpc_max_message_size = "1MiB"
+    """)
+    assert load_config(path, {}).server.grpc_max_message_size == 2**20
+    environ = {"SNOOZE_GRPC_MAX_MESSAGE_SIZE": "2047MiB"}
+    assert load_config(path, environ).server.grpc_max_message_size == 2047 * 2**20

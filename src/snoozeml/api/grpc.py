@@ -27,7 +27,7 @@ from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import InferenceService
 from snoozeml.engine.model import describe_exception
 from snoozeml.engine.request import InferInput, InferRequest, Parameters, RequestedOutput
-from snoozeml.errors import InvalidInput, ModelNotFound, SnoozeError
+from snoozeml.errors import InvalidInput, ModelNotFound, RequestTooLarge, SnoozeError
 from snoozeml.logs import log_event
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
@@ -181,8 +181,9 @@ def boundary(
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, max_message_size: int) -> None:
         self.service = service
+        self.max_message_size = max_message_size
 
     @boundary
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
@@ -236,6 +237,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             reply.outputs.add(name=output.name, datatype=output.datatype,
                               shape=list(output.shape))
             reply.raw_output_contents.append(array_to_raw(output.datatype, output.data))
+        size = reply.ByteSize()
+        if size > self.max_message_size:
+            # grpcio would fail the call itself, but with a traceback in our log.
+            raise RequestTooLarge(
+                f"the response of {size} bytes exceeds grpc_max_message_size "
+                f"({self.max_message_size}); request fewer rows or outputs"
+            )
         return reply
 
     @boundary
@@ -324,7 +332,7 @@ def create_grpc_server(
         ("grpc.so_reuseport", 0),
     ])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        InferenceServicer(service), server
+        InferenceServicer(service, max_message_size), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(service), server)
     names = (
