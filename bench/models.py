@@ -5,9 +5,15 @@
   benchmark sees is mostly the daemon's own cost per request.
 - :func:`write_heavy_mlp`: MLP 512 -> 2048 -> 2048 -> 512 for the micro-batching benchmark,
   heavy enough per call that coalescing rows pays off.
+- :func:`write_embedding`: the protocol benchmark's small model, one MatMul 384 -> 384 (an
+  embedding-sized output, 1x384 FP32 per row).
+- :func:`write_image_mean`: the protocol benchmark's large-input model, the mean of each image
+  of a [batch, 3, 224, 224] FP32 input (64 images are about 38 MB in, 256 bytes out).
+- :func:`write_lookup_table`: the memory benchmark's model, a Gather from a random FP32 table
+  of a chosen size (about 100 MiB there): big to load, almost free to run.
 
-Both have input ``x`` FP32 [batch, in] and output ``y`` FP32 [batch, out], opset 17 and IR
-version 8, and fixed-seed weights. ``python bench/models.py DEST`` writes both into DEST.
+All have input ``x`` and output ``y`` with a dynamic first dimension, opset 17 and IR version
+8, and fixed-seed weights. ``python bench/models.py DEST`` writes the first four into DEST.
 Self-contained on purpose: benchmarks do not import the test helpers.
 """
 
@@ -27,6 +33,8 @@ OPSET = 17
 IR_VERSION = 8
 BENCH_MLP_DIMS = (64, 256, 64)
 HEAVY_MLP_DIMS = (512, 2048, 2048, 512)
+EMBEDDING_WIDTH = 384
+IMAGE_SHAPE = (3, 224, 224)
 
 
 def write_mlp(path: Path, dims: Sequence[int], seed: int = 0) -> Path:
@@ -58,15 +66,7 @@ def write_mlp(path: Path, dims: Sequence[int], seed: int = 0) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", dims[-1]])],
         initializers,
     )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="snoozeml-bench"
-    )
-    model.ir_version = IR_VERSION
-    onnx.checker.check_model(model)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(model.SerializeToString())
-    return path
+    return _save(graph, path)
 
 
 def write_bench_mlp(path: Path, seed: int = 0) -> Path:
@@ -79,6 +79,61 @@ def write_heavy_mlp(path: Path, seed: int = 0) -> Path:
     return write_mlp(path, HEAVY_MLP_DIMS, seed)
 
 
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="snoozeml-bench"
+    )
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def write_embedding(path: Path, width: int = EMBEDDING_WIDTH, seed: int = 0) -> Path:
+    """``x`` FP32 [batch, width] -> MatMul (width x width) -> ``y`` FP32 [batch, width]."""
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")],
+        f"embedding_{width}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    return _save(graph, path)
+
+
+def write_image_mean(path: Path, image: Sequence[int] = IMAGE_SHAPE) -> Path:
+    """``x`` FP32 [batch, *image] -> ReduceMean over every axis but the first -> ``y`` FP32
+    [batch]: a large input with a tiny output, so the request is what costs."""
+    axes = list(range(1, len(image) + 1))
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=0, name="mean")],
+        "image_mean",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *image])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])],
+    )
+    return _save(graph, path)
+
+
+def write_lookup_table(path: Path, rows: int, width: int, seed: int = 0) -> np.ndarray:
+    """``x`` INT64 [batch] -> Gather from a random FP32 [rows, width] table -> ``y`` FP32
+    [batch, width]. Random values, so the file does not compress; returns the table (row ``i``
+    is the answer for index ``i``)."""
+    table = np.random.default_rng(seed).standard_normal((rows, width), dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "x"], ["y"], axis=0, name="lookup")],
+        f"lookup_{rows}x{width}",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, ["batch"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    _save(graph, path)
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the benchmark ONNX models into DEST.")
     parser.add_argument("dest", type=Path)
@@ -86,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for written in (
         write_bench_mlp(args.dest / "mlp.onnx"),
         write_heavy_mlp(args.dest / "heavy_mlp.onnx"),
+        write_embedding(args.dest / "embedding.onnx"),
+        write_image_mean(args.dest / "image_mean.onnx"),
     ):
         print(written)
     return 0

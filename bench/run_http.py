@@ -16,45 +16,43 @@ Prints a markdown report; ``--out FILE`` also writes it there. It never appends 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
-import os
-import platform
-import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import numpy as np
-import onnxruntime as ort
+from harness import (
+    Daemon,
+    Latency,
+    check_infer,
+    machine_line,
+    model_state,
+    new_session,
+    random_rows,
+    run_wrk,
+    time_calls,
+    wait_loaded,
+    wait_ready,
+    write_body,
+    wrk_row,
+)
 from models import write_bench_mlp
 
-BENCH_DIR = Path(__file__).resolve().parent
-POST_LUA = BENCH_DIR / "post.lua"
 HOT_MODEL = "mlp"
 COLD_MODEL = "mlp-cold"
-STARTED = re.compile(r"\bserver_started\b.*?\bhttp_port=(\d+)(?:.*?\bgrpc_port=(\d+))?")
-
-
-@dataclass(frozen=True)
-class Latency:
-    """One row of the latency table; times in milliseconds."""
-
-    label: str
-    p50_ms: float
-    p99_ms: float
-    per_s: float
-    errors: int = 0
+WIDTH = 64  # the bench MLP's input features
+# Issue 2's aims for this benchmark.
+AIM_P50_C1_MS = 0.3
+AIM_RPS_C64 = 6000
+AIM_COLD_MS = 2.0
 
 
 @dataclass(frozen=True)
@@ -65,62 +63,6 @@ class ColdStart:
     @property
     def median_ms(self) -> float:
         return statistics.median(self.samples_ms)
-
-
-class Daemon:
-    """``python -m snoozeml serve`` as a child process; ports parsed from its log."""
-
-    def __init__(self, python: str, config: Path, start_timeout_s: float = 60.0) -> None:
-        self.log: collections.deque[str] = collections.deque(maxlen=200)
-        self._started = threading.Event()
-        self.http_port = 0
-        self.grpc_port = 0
-        cmd = [python, "-m", "snoozeml", "serve", "-c", str(config)]
-        cmd += ["--http-port", "0", "--grpc-port", "0"]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # the started line is on stderr; read both in one pipe
-            text=True,
-            bufsize=1,
-        )
-        assert self.proc.stdout is not None
-        # The reader also keeps draining the pipe, so a chatty daemon never blocks on it.
-        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + start_timeout_s
-        while not self._started.wait(0.1):
-            if self.proc.poll() is not None:
-                self._reader.join(timeout=2)
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"no server_started line in {start_timeout_s}s:\n{self.tail()}")
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.log.append(line.rstrip("\n"))
-            if not self._started.is_set() and (match := STARTED.search(line)):
-                self.http_port = int(match.group(1))
-                self.grpc_port = int(match.group(2) or 0)
-                self._started.set()
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(list(self.log)[-lines:])
-
-    def stop(self, timeout_s: float = 20.0) -> int:
-        """Graceful stop (SIGTERM, then SIGKILL after ``timeout_s``); returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                print("daemon ignored SIGTERM; killing it", file=sys.stderr)
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=5)
-        return self.proc.returncode
 
 
 def write_config(workdir: Path, batching: bool) -> Path:
@@ -152,110 +94,6 @@ intra_op_threads = 1
     return config
 
 
-def one_row() -> np.ndarray:
-    return np.random.default_rng(7).uniform(-1, 1, size=(1, 64)).round(4).astype(np.float32)
-
-
-def infer_body(model_input: np.ndarray) -> dict[str, Any]:
-    data = [float(v) for v in model_input.reshape(-1)]
-    return {
-        "inputs": [
-            {"name": "x", "shape": list(model_input.shape), "datatype": "FP32", "data": data}
-        ]
-    }
-
-
-def session_options() -> ort.SessionOptions:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return opts
-
-
-def new_session(path: Path) -> ort.InferenceSession:
-    return ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
-
-
-def wait_ready(client: httpx.Client, path: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            response = client.get(path)
-            if response.status_code == 200:
-                return
-            last = f"{response.status_code} {response.text[:200]}"
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        time.sleep(0.05)
-    raise RuntimeError(f"GET {path} not 200 after {timeout_s}s (last: {last})")
-
-
-def model_is_ready(client: httpx.Client, name: str) -> bool:
-    response = client.get(f"/v2/models/{name}/ready")
-    if response.status_code != 200:
-        return False
-    try:
-        return bool(response.json().get("ready", True))
-    except ValueError:
-        return True
-
-
-def check_infer(
-    client: httpx.Client, name: str, model_input: np.ndarray, expected: np.ndarray
-) -> None:
-    """One request, checked against in-process onnxruntime, so wrk never times wrong answers."""
-    response = client.post(f"/v2/models/{name}/infer", json=infer_body(model_input))
-    if response.status_code != 200:
-        raise RuntimeError(f"infer {name}: {response.status_code} {response.text[:500]}")
-    outputs = {out["name"]: out for out in response.json()["outputs"]}
-    got = np.asarray(outputs["y"]["data"], dtype=np.float32).reshape(outputs["y"]["shape"])
-    if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
-        raise RuntimeError(f"infer {name}: output differs from onnxruntime in-process")
-
-
-def run_wrk(
-    url: str, body_file: Path, threads: int, connections: int, duration_s: float
-) -> dict[str, Any]:
-    wrk = shutil.which("wrk")
-    if wrk is None:
-        raise RuntimeError("wrk not found; run: bash bench/setup.sh")
-    cmd = [wrk, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration_s))}s"]
-    cmd += ["--timeout", "10s", "-s", str(POST_LUA), url, "--", str(body_file)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    if result["requests"] == 0:
-        raise RuntimeError(f"wrk completed no request:\n{done.stdout}\n{done.stderr}")
-    return result
-
-
-def wrk_row(label: str, result: dict[str, Any]) -> Latency:
-    errors = int(result["non_2xx"]) + int(result["socket_errors"])
-    return Latency(label, result["p50_ms"], result["p99_ms"], result["requests_per_s"], errors)
-
-
-def time_calls(call: Callable[[], object], duration_s: float) -> Latency:
-    """p50/p99 of ``call`` over ``duration_s`` seconds of back-to-back calls."""
-    samples: list[int] = []
-    start = time.perf_counter_ns()
-    stop = start + int(duration_s * 1e9)
-    while True:
-        before = time.perf_counter_ns()
-        call()
-        after = time.perf_counter_ns()
-        samples.append(after - before)
-        if after >= stop:
-            break
-    elapsed_s = (time.perf_counter_ns() - start) / 1e9
-    ms = np.asarray(samples, dtype=np.float64) / 1e6
-    p50, p99 = np.percentile(ms, [50, 99])
-    return Latency("", float(p50), float(p99), len(samples) / elapsed_s)
-
-
 def cold_http(client: httpx.Client, name: str, body: dict[str, Any], reps: int) -> list[float]:
     samples: list[float] = []
     for rep in range(reps):
@@ -265,8 +103,8 @@ def cold_http(client: httpx.Client, name: str, body: dict[str, Any], reps: int) 
                 f"warning: unload {name} (rep {rep}) -> {unload.status_code} {unload.text[:200]}",
                 file=sys.stderr,
             )
-        if model_is_ready(client, name):
-            raise RuntimeError(f"{name} still ready after unload; cold start cannot be measured")
+        if model_state(client, name) == "READY":
+            raise RuntimeError(f"{name} still READY after unload; cold start cannot be measured")
         client.get("/health/live")  # keep the connection warm, so only the model is cold
         start = time.perf_counter()
         response = client.post(f"/v2/models/{name}/infer", json=body)
@@ -287,22 +125,13 @@ def cold_in_process(path: Path, model_input: np.ndarray, reps: int) -> list[floa
     return samples
 
 
-def wrk_version() -> str:
-    wrk = shutil.which("wrk")
-    if wrk is None:
-        return "missing"
-    out = subprocess.run([wrk, "--version"], capture_output=True, text=True, check=False)
-    first = (out.stdout or out.stderr).splitlines()
-    return first[0].split(" Copyright")[0] if first else "unknown"
-
-
-def report(rows: list[Latency], cold: list[ColdStart], args: argparse.Namespace) -> str:
+def report(
+    machine: str, rows: list[Latency], cold: list[ColdStart], args: argparse.Namespace
+) -> str:
     lines = [
         "## HTTP benchmark: MLP 64-256-64 FP32, one row per request",
         "",
-        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.platform()}; "
-        f"{os.cpu_count()} CPUs; Python {platform.python_version()}; "
-        f"onnxruntime {ort.__version__}; {wrk_version()}",
+        f"- {machine}",
         f"- {args.duration:g} s per load level; model `intra_op_threads = 1`; "
         f"batching {'server default' if args.batching else 'off (max_batch_size = 1)'}",
         "",
@@ -330,12 +159,28 @@ def report(rows: list[Latency], cold: list[ColdStart], args: argparse.Namespace)
         for c in cold
     ]
     overhead = cold[0].median_ms - cold[1].median_ms
+    http_c64 = rows[1]
     lines += [
         "",
         f"Coordination overhead of a cold start (difference of medians): {overhead:.2f} ms.",
         "",
+        "### Against the aims of issue 2",
+        "",
+        "| aim | ours | met |",
+        "| --- | ---: | --- |",
+        f"| p50 at c1 <= {AIM_P50_C1_MS} ms | {http_c1.p50_ms:.3f} ms "
+        f"| {_yes(http_c1.p50_ms <= AIM_P50_C1_MS)} |",
+        f"| >= {AIM_RPS_C64:,} req/s at c64 | {http_c64.per_s:,.0f} "
+        f"| {_yes(http_c64.per_s >= AIM_RPS_C64)} |",
+        f"| cold-start coordination <= {AIM_COLD_MS} ms | {overhead:.2f} ms "
+        f"| {_yes(overhead <= AIM_COLD_MS)} |",
+        "",
     ]
     return "\n".join(lines)
+
+
+def _yes(met: bool) -> str:
+    return "yes" if met else "**no**"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -350,7 +195,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-batching",
         dest="batching",
         action="store_false",
-        help="serve with max_batch_size = 1 instead of the server default",
+        help="write [models.batching] max_batch_size = 1 (needs a daemon that knows that key)",
     )
     return parser.parse_args(argv)
 
@@ -360,23 +205,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("wrk not found; run: bash bench/setup.sh", file=sys.stderr)
         return 2
-    model_input = one_row()
+    machine = machine_line()
+    model_input = random_rows(1, WIDTH)
     with tempfile.TemporaryDirectory(prefix="snooze-bench-") as tmp:
         workdir = Path(tmp)
         config = write_config(workdir, args.batching)
-        body = infer_body(model_input)
         body_file = workdir / "body.json"
-        body_file.write_text(json.dumps(body), encoding="utf-8")
+        body = write_body(body_file, model_input)
         reference = new_session(workdir / "mlp.onnx")
         expected = reference.run(None, {"x": model_input})[0]
 
         daemon = Daemon(args.python, config)
         try:
-            base = f"http://127.0.0.1:{daemon.http_port}"
+            base = daemon.base_url
             print(f"daemon up: http={daemon.http_port} grpc={daemon.grpc_port}", file=sys.stderr)
             with httpx.Client(base_url=base, timeout=60.0) as client:
                 wait_ready(client, "/health/ready")
-                wait_ready(client, f"/v2/models/{HOT_MODEL}/ready")
+                wait_loaded(client, HOT_MODEL)  # preloaded: no load inside the timings
                 check_infer(client, HOT_MODEL, model_input, expected)
                 for _ in range(200):
                     client.post(f"/v2/models/{HOT_MODEL}/infer", json=body)
@@ -384,9 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 url = f"{base}/v2/models/{HOT_MODEL}/infer"
                 rows: list[Latency] = []
                 for threads, connections in ((1, 1), (2, 64)):
-                    run_wrk(
-                        url, body_file, threads, connections, min(2.0, args.duration)
-                    )  # warm-up
+                    warm_up_s = min(2.0, args.duration)
+                    run_wrk(url, body_file, threads, connections, warm_up_s)
                     result = run_wrk(url, body_file, threads, connections, args.duration)
                     label = f"HTTP infer, wrk -t{threads} -c{connections}"
                     rows.append(wrk_row(label, result))
@@ -420,11 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"--- daemon log (last lines) ---\n{daemon.tail()}", file=sys.stderr)
             raise
         finally:
-            code = daemon.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"warning: daemon exited with {code}:\n{daemon.tail()}", file=sys.stderr)
+            daemon.stop_and_warn()
 
-    markdown = report(rows, cold, args)
+    markdown = report(machine, rows, cold, args)
     print(markdown)
     if args.out is not None:
         args.out.write_text(markdown + "\n", encoding="utf-8")

@@ -468,4 +468,5 @@ path = "wide.onnx"
         wide.raw_input_contents.append(np.zeros((200, 16), "<f4").tobytes())
         too_big = rejection(small_stub, wide)
         assert too_big.code() == Code.RESOURCE_EXHAUSTED
+        assert "grpc_max_message_size" in (too_big.details() or "")  # ours, not grpcio's
         answer_fits()

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from snoozeml import __version__
-from snoozeml.cli import serve
+from snoozeml.cli import pull, scan, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"snooze {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
+    pull.register(commands)
+    scan.register(commands)
     return parser
 
 

@@ -76,10 +76,19 @@ def merge_into(
             names[entry.name] = str(resolved)
             paths[resolved] = entry.name
     if added:
-        merged = text + _separator(text) + render_toml(added, base, header)
+        entries_text = render_toml(added, base, header)
+        if "\r\n" in text:  # keep the file's line endings
+            entries_text = entries_text.replace("\n", "\r\n")
+        merged = text + _separator(text) + entries_text
         tomllib.loads(merged)  # an invariant: appending [[models]] tables keeps the file valid
         _write_atomically(config_path, merged)
     return MergeResult(config_path, added, skipped)
+
+
+def check_mergeable(config_path: Path) -> None:
+    """Raise ConfigError now if merge_into would refuse `config_path` (before a long download)."""
+    config_path = config_path.absolute()
+    _existing(config_path, _read(config_path), config_path.parent.resolve())
 
 
 def _table(entry: ScannedModel, base: Path, header: str | None) -> Table:
@@ -118,7 +127,8 @@ def relative_path(path: Path, base: Path) -> str:
 
 def _read(config_path: Path) -> str:
     try:
-        return config_path.read_text(encoding="utf-8")
+        # Bytes, not read_text: universal newlines would turn CRLF into LF on the way back.
+        return config_path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return ""
     except (OSError, UnicodeDecodeError) as exc:
@@ -153,9 +163,10 @@ def _separator(text: str) -> str:
     """What goes between the file's text and appended entries: exactly one blank line."""
     if not text.strip():
         return ""
-    if text.endswith("\n\n"):
+    newline = "\r\n" if "\r\n" in text else "\n"
+    if text.endswith(newline * 2):
         return ""
-    return "\n" if text.endswith("\n") else "\n\n"
+    return newline if text.endswith(newline) else newline * 2
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -163,7 +174,7 @@ def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        scratch.write_text(text, encoding="utf-8")
+        scratch.write_bytes(text.encode("utf-8"))
         if path.exists():
             os.chmod(scratch, path.stat().st_mode & 0o7777)
         os.replace(scratch, path)

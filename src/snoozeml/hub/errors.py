@@ -2,6 +2,7 @@
 
     SnoozeError
     └── HubError                 a pull or scan that cannot be carried out
+        ├── InvalidReference     not ORG/NAME[@REVISION], or two different revisions
         ├── RepoNotFound         no such repository (or it is private and the token cannot see it)
         ├── RevisionNotFound     the repository has no such branch, tag or commit
         ├── AccessDenied         a gated repository without (or with a rejected) token
@@ -20,6 +21,10 @@ from snoozeml.errors import SnoozeError
 
 class HubError(SnoozeError):
     """A pull or scan that cannot be carried out; the message says what to do about it."""
+
+
+class InvalidReference(HubError):
+    pass
 
 
 class RepoNotFound(HubError):

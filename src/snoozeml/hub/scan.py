@@ -109,7 +109,8 @@ def scan(path: Path, base_name: str | None = None) -> ScanResult:
                  if file.resolve() not in external)
 
     found.sort(key=lambda item: item[0].as_posix())
-    return ScanResult(models=_named(root, found, base_name), skipped=skipped)
+    naming_root = root.parent if root.is_file() else root
+    return ScanResult(models=_named(naming_root, found, base_name), skipped=skipped)
 
 
 # --- walking ---------------------------------------------------------------------------
@@ -163,6 +164,15 @@ def _load_onnx_header(file: Path) -> Any:
     if not model.graph.output:  # an empty file parses as an empty ModelProto
         raise NotOnnx("it has no graph outputs")
     return model
+
+
+def external_data_files(file: Path) -> set[Path]:
+    """The resolved paths of the files an ONNX model keeps its tensors in (empty if it keeps
+    them inside, or does not parse)."""
+    try:
+        return _external_data_files(_load_onnx_header(file), file.parent)
+    except NotOnnx:
+        return set()
 
 
 def _external_data_files(model: Any, folder: Path) -> set[Path]:
@@ -344,7 +354,7 @@ def _words(root: Path, path: Path, base_name: str | None) -> list[str]:
         if not deduped or deduped[-1].lower() != word.lower():
             deduped.append(word)
     if not deduped or (base_name is None and [w.lower() for w in deduped] == ["model"]):
-        return [root.name if root.is_dir() else root.parent.name]
+        return [root.name]
     return deduped
 
 

@@ -48,9 +48,10 @@ def backend_for(spec: ModelConfig) -> Backend:
         try:
             from snoozeml.runtime.torch import TorchBackend
         except ImportError as exc:
-            return UnavailableBackend(
-                f"{exc}; torch models need the extra: pip install 'snoozeml[torch]'"
-            )
+            reason = str(exc)
+            if "snoozeml[torch]" not in reason:  # runtime/torch.py's own message names it
+                reason += "; torch models need the extra: pip install 'snoozeml[torch]'"
+            return UnavailableBackend(reason)
         return TorchBackend(spec.intra_op_threads)
     return UnavailableBackend(f"model format {spec.format!r} is not supported")
 

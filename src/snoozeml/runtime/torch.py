@@ -106,7 +106,9 @@ class HuggingFaceInstance:
         _page_in(self.model)
         self.pooling = spec.pooling
         self.normalize = spec.normalize
-        self.max_length = spec.max_length
+        # Never more tokens than the model has positions: past them it fails on every request.
+        positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        self.max_length = min(spec.max_length, positions) if positions > 0 else spec.max_length
         self.tokenizer: Any = None
         if spec.tokenize:
             tokenizer_file = folder / "tokenizer.json"
