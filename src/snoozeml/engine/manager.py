@@ -80,9 +80,20 @@ class ModelManager:
         return model
 
     def start_preloads(self) -> None:
+        """Load the `preload = true` models, and read every model's predicted size, in the
+        background."""
         for model in self.models.values():
             if model.spec.preload:
                 self._preloads.append(asyncio.create_task(self._preload(model)))
+        self._preloads.append(asyncio.create_task(self._predict_sizes()))
+
+    async def _predict_sizes(self) -> None:
+        for model in self.models.values():
+            try:
+                await model.predict_size()
+            except Exception as exc:  # a missing file fails its load with its own message
+                log_event("size_unknown", logging.DEBUG, model=model.name,
+                          error=describe_exception(exc))
 
     async def _preload(self, model: Model) -> None:
         try:

@@ -269,7 +269,8 @@ class MemoryManager:
     async def _unload(self, names: Iterable[str], reason: str) -> None:
         wanted = set(names)
         victims = [t for t in self._tenants() if t.name in wanted]
-        self.evictions[reason] = self.evictions.get(reason, 0) + len(victims)
+        if victims:
+            self.evictions[reason] = self.evictions.get(reason, 0) + len(victims)
         await asyncio.gather(*(victim.unload(reason) for victim in victims))
 
     # --- reactive protection --------------------------------------------------------------

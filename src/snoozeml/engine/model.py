@@ -202,9 +202,10 @@ class Model:
             if state is State.FAILED:
                 wait = self._retry_at - self._clock()
                 if wait > 0:
-                    raise ModelLoadFailed(
-                        f"model {self.name!r} failed to load: {self._error}", retry_after=wait
-                    )
+                    error = self._error or ""
+                    prefix = "" if error.startswith(f"model {self.name!r}") else \
+                        f"model {self.name!r} failed to load: "
+                    raise ModelLoadFailed(prefix + error, retry_after=wait)
                 self._start_load()
             elif state is State.UNLOADED:
                 self._start_load()
@@ -285,6 +286,17 @@ class Model:
                 f"model {self.name!r} failed to run: {describe_exception(exc)}"
             ) from exc
 
+    async def predict_size(self) -> None:
+        """Read the model's file sizes (off the loop) so its predicted size shows before the
+        first load; a no-op once known."""
+        if self._sizes is None:
+            sizes = await asyncio.get_running_loop().run_in_executor(
+                self._loader, file_sizes_blocking, self.spec
+            )
+            if self._sizes is None:
+                self._sizes = sizes
+                self.stats.predicted_bytes = self._memory.predicted(self.spec, sizes)
+
     async def _relieve_oom(self) -> None:
         await self._memory.relieve_oom(self)
 
@@ -302,11 +314,8 @@ class Model:
         started = self._clock()
         log_event("model_loading", model=self.name, path=self.spec.path, device=self.device)
         try:
-            if self._sizes is None:
-                self._sizes = await loop.run_in_executor(
-                    self._loader, file_sizes_blocking, self.spec
-                )
-                self.stats.predicted_bytes = self._memory.predicted(self.spec, self._sizes)
+            await self.predict_size()
+            assert self._sizes is not None
             await loop.run_in_executor(self._loader, prepare_blocking, self._backend, self.spec)
             resident = self.stats.measured_bytes or self.stats.predicted_bytes or 0
             async with self._memory.admission(self, resident, self._sizes.transient):

@@ -19,7 +19,7 @@ from snoozeml.logs import log_event
 PLATFORM = "onnxruntime_onnx"
 
 # onnxruntime's own logger prints coloured lines to stderr; errors reach our logs as exceptions.
-ort.set_default_logger_severity(3)
+ort.set_default_logger_severity(4)
 
 
 def _dim(value: object) -> int:
@@ -98,7 +98,7 @@ class OnnxBackend:
         options.intra_op_num_threads = spec.intra_op_threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # errors reach us as exceptions
         # Spinning worker threads would steal the event loop's core between requests.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = providers_for(spec.device, spec.tensorrt, ort.get_available_providers())
