@@ -158,6 +158,7 @@ class MemoryManager:
         self._tenants = tenants
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self._measure_locks: dict[str, asyncio.Lock] = {}
         self._reserved: dict[str, tuple[str, int]] = {}  # device -> (model, bytes)
         self._freed = asyncio.Event()
         self.evictions: dict[str, int] = {}
@@ -170,7 +171,7 @@ class MemoryManager:
         freed.set()
 
     def device_of(self, tenant: Tenant) -> str:
-        return tenant.device if tenant.device in self.budgets else "cpu"
+        return self.device_key(tenant.device)
 
     def used(self, device: str, exclude: str | None = None) -> int:
         """Bytes held by models on `device` (loaded or still unloading)."""
@@ -179,6 +180,14 @@ class MemoryManager:
             if tenant.name != exclude and self.device_of(tenant) == device:
                 total += tenant.resident_bytes() or 0
         return total
+
+    def measuring(self, device: str) -> asyncio.Lock:
+        """Held around an unload's before/after reading, so unloads running together (at
+        shutdown, or evicting two victims) each report only what they freed."""
+        return self._measure_locks.setdefault(self.device_key(device), asyncio.Lock())
+
+    def device_key(self, device: str) -> str:
+        return device if device in self.budgets else "cpu"
 
     def reserved(self, device: str) -> int:
         entry = self._reserved.get(device)

@@ -311,18 +311,17 @@ class Model:
         """The load task. Returns the error for a load aborted for lack of memory (the model
         goes back to UNLOADED); any other failure leaves the model FAILED."""
         loop = asyncio.get_running_loop()
-        started = self._clock()
-        log_event("model_loading", model=self.name, path=self.spec.path, device=self.device)
         try:
             await self.predict_size()
             assert self._sizes is not None
             await loop.run_in_executor(self._loader, prepare_blocking, self._backend, self.spec)
             resident = self.stats.measured_bytes or self.stats.predicted_bytes or 0
             async with self._memory.admission(self, resident, self._sizes.transient):
-                probe = self._memory.probe
-                before = probe.used(self.device)
-                instance = await self._load_instance()
-                measured = max(probe.used(self.device) - before, 0)
+                # Timed and logged from here: waiting for the device is not loading.
+                started = self._clock()
+                log_event("model_loading", model=self.name, path=self.spec.path,
+                          device=self.device)
+                instance, measured = await self._load_instance()
         except MemoryExhausted as exc:
             self._reason = "memory"
             self._move(Event.LOAD_ABORTED)
@@ -335,10 +334,14 @@ class Model:
         self._loaded(instance, measured, (self._clock() - started) * 1000.0)
         return None
 
-    async def _load_instance(self) -> Instance:
+    async def _load_instance(self) -> tuple[Instance, int]:
+        """The instance and the memory it added on its device (the memory manager's lock on
+        the device keeps other loads and measured unloads out of the way meanwhile)."""
         loop = asyncio.get_running_loop()
+        probe = self._memory.probe
+        before = probe.used(self.device)
         try:
-            return await loop.run_in_executor(
+            instance = await loop.run_in_executor(
                 self._loader, load_instance_blocking, self._backend, self.spec
             )
         except Exception as exc:
@@ -347,9 +350,11 @@ class Model:
             log_event("model_load_oom", logging.WARNING, model=self.name,
                       error=describe_exception(exc))
             await self._memory.relieve_oom(self)
-            return await loop.run_in_executor(
+            before = probe.used(self.device)  # after the evictions, not before them
+            instance = await loop.run_in_executor(
                 self._loader, load_instance_blocking, self._backend, self.spec
             )
+        return instance, max(probe.used(self.device) - before, 0)
 
     def _fail_load(self, exc: Exception) -> None:
         self._failures += 1
@@ -435,18 +440,20 @@ class Model:
                 self._drained = None
             replica, self._replica = self._replica, None
             probe = self._memory.probe
-            before = probe.used(self.device)
-            if replica is not None:
-                try:
-                    await stop_replica(replica)
-                    await asyncio.get_running_loop().run_in_executor(
-                        self._loader, close_replica_blocking, replica
-                    )
-                except Exception as exc:  # the replica is dropped either way
-                    log_event("unload_failed", logging.ERROR, model=self.name,
-                              error=describe_exception(exc))
-            del replica
-            freed = max(before - probe.used(self.device), 0)
+            # One measured unload per device at a time, so each frees only its own bytes.
+            async with self._memory.measuring(self.device):
+                before = probe.used(self.device)
+                if replica is not None:
+                    try:
+                        await stop_replica(replica)
+                        await asyncio.get_running_loop().run_in_executor(
+                            self._loader, close_replica_blocking, replica
+                        )
+                    except Exception as exc:  # the replica is dropped either way
+                        log_event("unload_failed", logging.ERROR, model=self.name,
+                                  error=describe_exception(exc))
+                del replica
+                freed = max(before - probe.used(self.device), 0)
             self.stats.freed_bytes = freed
             self._reason = reason
             self._move(Event.UNLOADED)
