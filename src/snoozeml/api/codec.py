@@ -129,6 +129,16 @@ def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -
     return array.reshape(shape)
 
 
+def parse_json(body: bytes | memoryview, *, allow_empty: bool = False) -> Any:
+    """A request body as JSON; a 400 that says why when it is not."""
+    if allow_empty and not bytes(body).strip():
+        return {}
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+
+
 def decode_json_request(doc: object, binary: memoryview | None = None) -> InferRequest:
     """An InferRequest from a parsed JSON body. Inputs carry inline `data`, or (binary tensor
     extension) a `binary_data_size` parameter claiming the next bytes of `binary`, in order."""

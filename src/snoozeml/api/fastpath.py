@@ -17,7 +17,12 @@ from typing import Any
 
 import orjson
 
-from snoozeml.api.codec import binary_outputs, decode_json_request, encode_http_response
+from snoozeml.api.codec import (
+    binary_outputs,
+    decode_json_request,
+    encode_http_response,
+    parse_json,
+)
 from snoozeml.api.errors import http_status, retry_after_header
 from snoozeml.engine.manager import InferenceService
 from snoozeml.engine.model import describe_exception
@@ -166,18 +171,11 @@ def _decode(scope: Scope, body: bytes) -> InferRequest:
                 raise InvalidInput("invalid Inference-Header-Content-Length header") from None
             break
     if header_length is None:
-        return decode_json_request(_parse_json(body))
+        return decode_json_request(parse_json(body))
     if not 0 <= header_length <= len(body):
         raise InvalidInput(
             f"Inference-Header-Content-Length {header_length} does not fit a body of "
             f"{len(body)} bytes"
         )
     view = memoryview(body)
-    return decode_json_request(_parse_json(view[:header_length]), view[header_length:])
-
-
-def _parse_json(body: bytes | memoryview) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    return decode_json_request(parse_json(view[:header_length]), view[header_length:])

@@ -16,6 +16,7 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from snoozeml.api.codec import parse_json
 from snoozeml.api.errors import http_status, retry_after_header
 from snoozeml.engine.manager import InferenceService
 from snoozeml.engine.model import describe_exception
@@ -80,15 +81,6 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def parse_json(body: bytes, *, allow_empty: bool = False) -> Any:
-    if allow_empty and not body.strip():
-        return {}
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
 
 
 def create_app(service: InferenceService, max_request_size: int) -> FastAPI:

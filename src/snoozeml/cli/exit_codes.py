@@ -6,6 +6,8 @@ Documented in docs/hub.md. 2 is also what argparse exits with on bad arguments, 
 
 from __future__ import annotations
 
+import sys
+
 from snoozeml.errors import ConfigError, SnoozeError
 from snoozeml.hub.errors import (
     AccessDenied,
@@ -44,3 +46,17 @@ def exit_code_for(error: SnoozeError) -> int:
         if isinstance(error, kind):
             return code
     return INTERNAL_ERROR
+
+
+def report_failure(exc: Exception, command: str) -> int:
+    """A command's boundary: print the failure as `snooze: …` lines on stderr, never a
+    traceback, and return its exit code."""
+    if isinstance(exc, ConfigError):
+        for problem in exc.problems:
+            print(f"snooze: {problem}", file=sys.stderr)
+    elif isinstance(exc, SnoozeError):
+        print(f"snooze: {exc.message}", file=sys.stderr)
+    else:
+        print(f"snooze: {command} failed unexpectedly: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+    return exit_code_for(exc) if isinstance(exc, SnoozeError) else INTERNAL_ERROR

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,6 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from snoozeml.cli import exit_codes
-    from snoozeml.errors import ConfigError, SnoozeError
     from snoozeml.hub import parse_reference, pull
 
     config: Path = args.config
@@ -61,16 +59,8 @@ def run(args: argparse.Namespace) -> int:
         repo_id, revision = parse_reference(args.repo, args.revision)
         result = pull(repo_id, revision, models_dir=models_dir, include=args.include,
                       exclude=args.exclude, prefer=args.prefer, config=config, name=args.name)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"snooze: {problem}", file=sys.stderr)
-        return exit_codes.USAGE
-    except SnoozeError as exc:
-        print(f"snooze: {exc.message}", file=sys.stderr)
-        return exit_codes.exit_code_for(exc)
     except Exception as exc:  # the command's boundary: one line, never a traceback
-        print(f"snooze: pull failed unexpectedly: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return exit_codes.INTERNAL_ERROR
+        return exit_codes.report_failure(exc, "pull")
 
     source = (f"commit {result.commit[:12]}" if result.commit
               else "the Hub was unreachable: using the copy already downloaded")

@@ -25,7 +25,6 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from snoozeml.cli import exit_codes
-    from snoozeml.errors import ConfigError, SnoozeError
     from snoozeml.hub import merge_into, render_toml, scan
 
     directory: Path = args.directory
@@ -43,16 +42,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(render_toml(result.models))
             return exit_codes.OK
         merge = merge_into(args.write, result.models)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"snooze: {problem}", file=sys.stderr)
-        return exit_codes.USAGE
-    except SnoozeError as exc:
-        print(f"snooze: {exc.message}", file=sys.stderr)
-        return exit_codes.exit_code_for(exc)
     except Exception as exc:  # the command's boundary: one line, never a traceback
-        print(f"snooze: scan failed unexpectedly: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return exit_codes.INTERNAL_ERROR
+        return exit_codes.report_failure(exc, "scan")
     for model in merge.added:
         print(f"added {model.name} ({model.format}) to {args.write}")
     for skip in merge.skipped:
