@@ -166,6 +166,9 @@ class InferenceService:
                 metadata = replica.metadata
                 check_request(request, metadata)
                 inputs = {tensor.name: tensor.data for tensor in request.inputs}
+                validate = getattr(replica.instance, "validate_inputs", None)
+                if validate is not None:  # a backend's own checks, still before queueing
+                    validate(inputs)
                 wanted = [out.name for out in request.outputs] if request.outputs else None
                 results = await model.run(replica, inputs, wanted, timeout)
             finally:

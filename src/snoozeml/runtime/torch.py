@@ -22,6 +22,7 @@ import numpy as np
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
+from snoozeml.errors import InvalidInput
 
 try:
     import torch
@@ -154,6 +155,36 @@ class HuggingFaceInstance:
     @property
     def metadata(self) -> ModelMetadata:
         return self._metadata
+
+    # --- checks before queueing ------------------------------------------------------------
+
+    def validate_inputs(self, inputs: Arrays) -> None:
+        """What the model would fail on, as a 400 for this request alone (called before the
+        request joins a batch, so it never fails its neighbours)."""
+        if "text" in inputs:
+            extra = sorted(set(inputs) - {"text"})
+            if extra:
+                raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
+            if inputs["text"].ndim != 1 or inputs["text"].shape[0] == 0:
+                raise InvalidInput("input 'text' needs at least one string (shape [rows])")
+            return
+        if self.task == "image-classification":
+            return
+        shape = inputs["input_ids"].shape
+        for name in ("attention_mask", "token_type_ids"):
+            if name in inputs and inputs[name].shape != shape:
+                raise InvalidInput(f"input {name!r} has shape {list(inputs[name].shape)}; it "
+                                   f"must match input_ids {list(shape)}")
+        if shape[1] == 0:
+            raise InvalidInput("input 'input_ids' has no tokens")
+        positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        if positions and shape[1] > positions:
+            raise InvalidInput(f"input 'input_ids' has {shape[1]} tokens; the model takes at "
+                               f"most {positions}")
+        vocab = int(getattr(self.model.config, "vocab_size", 0) or 0)
+        ids = inputs["input_ids"]
+        if vocab and ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise InvalidInput(f"input 'input_ids' holds a token id outside [0, {vocab})")
 
     # --- running --------------------------------------------------------------------------
 
