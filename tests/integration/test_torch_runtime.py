@@ -293,6 +293,33 @@ def test_tokenizing_model_answers_400_naming_the_choices_to_a_request_with_neith
     assert "['attention_mask']" in error  # what was sent
 
 
+def ids(name: str, rows: list[list[int]]) -> dict[str, Any]:
+    return {"name": name, "shape": [len(rows), len(rows[0])], "datatype": "INT64",
+            "data": rows}
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    ([ids("input_ids", [[101, 102, 103]]), ids("attention_mask", [[1, 1, 1], [1, 1, 1]])],
+     "input 'attention_mask' has shape [2, 3]; it must match input_ids [1, 3]"),
+    ([ids("input_ids", [[101, 10**6]]), ids("attention_mask", [[1, 1]])],
+     "token id outside [0, 30522)"),
+    ([ids("input_ids", [[101] * 513]), ids("attention_mask", [[1] * 513])],
+     "has 513 tokens; the model takes at most 512"),
+    ([{"name": "text", "shape": [0], "datatype": "BYTES", "data": []}],
+     "input 'text' needs at least one string"),
+    ([{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hi"]},
+      ids("input_ids", [[101, 102]]), ids("attention_mask", [[1, 1]])],
+     "send either 'text' or token ids, not both"),
+])
+def test_token_inputs_the_model_would_fail_on_get_400_before_queueing(
+    served: Served, inputs: list[dict[str, Any]], message: str,
+) -> None:
+    response = served.client.post("/v2/models/minilm/infer", json={"inputs": inputs})
+
+    assert response.status_code == 400, response.text
+    assert message in response.json()["error"]
+
+
 def test_minilm_token_ids_give_the_same_embeddings_as_text(
     served: Served, minilm_reference: tuple[Any, Any]
 ) -> None:
