@@ -23,8 +23,10 @@ Duration = Annotated[float, BeforeValidator(lambda v: parse_duration(v))]
 DurationOrNever = Annotated[
     float | None, BeforeValidator(lambda v: parse_duration(v, allow_never=True))
 ]
-Size = Annotated[int, BeforeValidator(lambda v: parse_size(v))]
-Budget = Annotated[float | int, BeforeValidator(lambda v: parse_size(v, allow_percent=True))]
+Size = Annotated[int, BeforeValidator(lambda v: parse_size(v)), Field(ge=1)]
+Budget = Annotated[
+    float | int, BeforeValidator(lambda v: parse_size(v, allow_percent=True)), Field(gt=0)
+]
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")

@@ -65,6 +65,9 @@ def parse_size(value: object, *, allow_percent: bool = False) -> int | float:
         match = _SIZE.match(value)
         if match:
             number, unit = float(match.group(1)), match.group(2)
+            if unit is None and allow_percent and "." in match.group(1):
+                # "0.8", as an environment variable gives it: a share, like the float 0.8.
+                return parse_size(number, allow_percent=True)
             if unit == "%":
                 if not allow_percent:
                     raise ValueError(f"invalid size {value!r}: a percentage is not allowed here")

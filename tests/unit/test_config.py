@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from snoozeml.config import load_config
+from snoozeml.config import load_config, parse_config
 from snoozeml.errors import ConfigError
 
 
@@ -402,3 +402,19 @@ def test_grpc_max_message_size_accepts_units_and_the_environment(tmp_path: Path)
     assert load_config(path, {}).server.grpc_max_message_size == 2**20
     environ = {"SNOOZE_GRPC_MAX_MESSAGE_SIZE": "2047MiB"}
     assert load_config(path, environ).server.grpc_max_message_size == 2047 * 2**20
+
+
+@pytest.mark.parametrize(("server", "key"), [
+    ({"max_request_size": 0}, "server.max_request_size"),
+    ({"grpc_max_message_size": "0B"}, "server.grpc_max_message_size"),
+    ({"memory": {"host_budget": 0}}, "server.memory.host_budget"),
+])
+def test_a_size_or_budget_of_zero_is_refused(server: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"server": server}, environ={})
+    assert key in str(caught.value)
+
+
+def test_a_budget_share_from_the_environment_is_a_share() -> None:
+    config = parse_config({}, environ={"SNOOZE_HOST_BUDGET": "0.25"})
+    assert config.server.memory.host_budget == pytest.approx(0.25)

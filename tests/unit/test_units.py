@@ -100,3 +100,9 @@ def test_invalid_size_raises_a_readable_value_error(value: object) -> None:
 )
 def test_format_bytes_picks_a_readable_unit(n: int, text: str) -> None:
     assert format_bytes(n) == text
+
+
+def test_a_bare_fraction_string_is_a_share_where_shares_are_allowed() -> None:
+    # Environment variables are strings: SNOOZE_HOST_BUDGET=0.8 means 80%, not 0 bytes.
+    assert parse_size("0.8", allow_percent=True) == pytest.approx(0.8)
+    assert parse_size("1048576", allow_percent=True) == 1048576
