@@ -81,7 +81,7 @@ class InferenceRoute:
             return
         except SnoozeError as exc:
             status = http_status(exc)
-            if status >= 500:
+            if status >= 500 and status != 501:  # 501: the client asked for a missing feature
                 log_event("request_failed", logging.WARNING, model=name, status=status,
                           error=exc.message)
             payload = orjson.dumps({"error": exc.message})

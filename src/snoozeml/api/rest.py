@@ -49,7 +49,7 @@ def boundary(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except SnoozeError as exc:
             status = http_status(exc)
-            if status >= 500:
+            if status >= 500 and status != 501:  # 501: the client asked for a missing feature
                 log_event("request_failed", logging.WARNING, path=request.url.path,
                           status=status, error=exc.message)
             return error_response(exc)
