@@ -11,6 +11,7 @@ import ctypes.util
 import gc
 import logging
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -52,10 +53,22 @@ def host_total() -> int:
 
 
 def release_memory_blocking() -> None:
-    """Collect garbage and ask glibc to return free heap pages to the OS."""
-    gc.collect()
+    """Ask glibc to return free heap pages to the OS (cheap: well under a millisecond)."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+def drop_attribute_blocking(owner: object, name: str) -> None:
+    """Delete `owner.name`, which should free it, and collect garbage only if a reference
+    cycle keeps it alive after all: a full collection holds the GIL for 10+ ms in a process
+    this size, stalling every request, and is almost never needed."""
+    try:
+        ref: weakref.ref[object] | None = weakref.ref(getattr(owner, name))
+    except TypeError:  # not weak-referenceable: no way to tell, so collect
+        ref = None
+    delattr(owner, name)
+    if ref is None or ref() is not None:
+        gc.collect()
 
 
 class MemoryProbe(Protocol):

@@ -14,6 +14,7 @@ import onnxruntime as ort
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
+from snoozeml.engine.probes import drop_attribute_blocking
 from snoozeml.logs import log_event
 
 PLATFORM = "onnxruntime_onnx"
@@ -83,7 +84,7 @@ class OnnxInstance:
         return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
 
     def close(self) -> None:
-        del self._session
+        drop_attribute_blocking(self, "_session")
 
 
 def _as_str_array(array: np.ndarray) -> np.ndarray:

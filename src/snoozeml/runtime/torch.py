@@ -22,6 +22,7 @@ import numpy as np
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
+from snoozeml.engine.probes import drop_attribute_blocking
 from snoozeml.errors import InvalidInput
 
 try:
@@ -272,7 +273,7 @@ class HuggingFaceInstance:
         }
 
     def close(self) -> None:
-        del self.model
+        drop_attribute_blocking(self, "model")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -345,7 +346,7 @@ class StateDictInstance:
         return {n: produced[n] for n in wanted}
 
     def close(self) -> None:
-        del self.model
+        drop_attribute_blocking(self, "model")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
