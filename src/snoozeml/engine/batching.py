@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from snoozeml.datatypes import ModelMetadata
+from snoozeml.engine.inline import InlinePolicy
 from snoozeml.errors import MemoryExhausted, QueueFull, QueueTimeout
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import is_out_of_memory
@@ -233,6 +234,17 @@ def run_batch_blocking(
     return parts
 
 
+def _timed(
+    run: RunBlocking,
+    run_many: RunManyBlocking | None,
+    batch: Sequence[Pending],
+    outputs: Sequence[str] | None,
+) -> tuple[list[Arrays], float]:
+    started = time.perf_counter()
+    parts = run_batch_blocking(run, run_many, batch, outputs)
+    return parts, time.perf_counter() - started
+
+
 class Batcher:
     """The queue and batch loop of one replica. `submit` is the only entry for requests."""
 
@@ -250,6 +262,7 @@ class Batcher:
         self.model = model
         self._on_oom = on_oom
         self._run_many = run_many
+        self._inline = InlinePolicy()
         self.policy = policy
         self.stats = stats
         self._run = run
@@ -384,10 +397,22 @@ class Batcher:
     async def _run_batch(self, batch: list[Pending]) -> list[Arrays]:
         loop = asyncio.get_running_loop()
         outputs = batch[0].outputs
+        rows = sum(p.rows for p in batch)
         try:
-            return await loop.run_in_executor(
-                self._worker, run_batch_blocking, self._run, self._run_many, batch, outputs
+            if self._inline.allows(rows):
+                started = time.perf_counter()
+                try:
+                    return run_batch_blocking(self._run, self._run_many, batch, outputs)
+                finally:
+                    if self._inline.observe_inline(time.perf_counter() - started, rows):
+                        log_event("inline_disabled", logging.INFO, model=self.model,
+                                  reason="a run on the event loop took over "
+                                  f"{self._inline.abort_run * 1000:g} ms")
+            parts, seconds = await loop.run_in_executor(
+                self._worker, _timed, self._run, self._run_many, batch, outputs
             )
+            self._inline.observe(seconds, rows)
+            return parts
         except _Unsplittable:
             self._disable(
                 "an output's first dimension does not follow the batch's rows; "
