@@ -276,6 +276,11 @@ class Batcher:
     def queued(self) -> int:
         return len(self._queue)
 
+    @property
+    def runs_inline(self) -> bool:
+        """Whether single-row batches currently run on the event loop (see engine/inline.py)."""
+        return self._inline.allows(1)
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 

@@ -262,6 +262,7 @@ def _batching_status(model: Model) -> dict[str, Any]:
         "max_batch_size": conf.max_batch_size,
         "max_delay_s": conf.max_delay,
         "max_queue": conf.max_queue,
+        "inline": model.runs_inline,
         **model.stats.batching.snapshot(),
     }
 

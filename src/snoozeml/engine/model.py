@@ -133,6 +133,10 @@ class Model:
         return self._replica.batcher.queued if self._replica else 0
 
     @property
+    def runs_inline(self) -> bool:
+        return self._replica.batcher.runs_inline if self._replica else False
+
+    @property
     def batch_policy(self) -> BatchPolicy | None:
         """The policy in force (None until the first load decides whether batching applies)."""
         return self._replica.batcher.policy if self._replica else self._policy
