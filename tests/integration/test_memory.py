@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import numpy as np
 import psutil
 import pytest
 from daemon import Daemon
-from oip_http import index_of, output, status_of
+from oip_http import index_of, output, status_of, wait_for_status
 from onnx import TensorProto, helper, numpy_helper
 from onnx_models import _save, _value, reference_session, write_big_model, write_mlp
 
@@ -485,12 +484,8 @@ host_budget = "300MiB"
     assert before["devices"][0]["process_bytes"] > 0  # the daemon's own RSS, not budgeted
     assert before["evictions"] == {}
     # Predicted sizes are read from the files in the background at start, before any load.
-    deadline = time.monotonic() + 30
-    while any(m["predicted_bytes"] is None for m in before["models"]):
-        assert time.monotonic() < deadline, before["models"]
-        time.sleep(0.01)  # polling the daemon's reported state, not synchronising on time
-        before = client.get("/admin/status").json()
-    cold = {model["name"]: model for model in before["models"]}
+    cold = {name: wait_for_status(client, name, lambda m: m["predicted_bytes"] is not None)
+            for name in ("big", "small")}
     assert cold["big"]["predicted_bytes"] == int(big_model.stat().st_size * 1.1)
     assert cold["small"]["predicted_bytes"] == int(small.stat().st_size * 2.0)
     for model in cold.values():
