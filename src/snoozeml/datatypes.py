@@ -25,10 +25,6 @@ OIP_TO_NUMPY: dict[str, np.dtype[np.generic]] = {
     "BYTES": np.dtype(np.object_),
 }
 
-NUMPY_TO_OIP: dict[np.dtype[np.generic], str] = {
-    dtype: name for name, dtype in OIP_TO_NUMPY.items() if name != "BF16"
-}
-
 # onnxruntime's type strings (NodeArg.type) -> OIP datatype.
 ONNX_TO_OIP: dict[str, str] = {
     "tensor(bool)": "BOOL",
@@ -46,21 +42,6 @@ ONNX_TO_OIP: dict[str, str] = {
     "tensor(bfloat16)": "BF16",
     "tensor(string)": "BYTES",
 }
-
-# Size in bytes of one element on the wire (None: variable, BYTES).
-ELEMENT_SIZE: dict[str, int | None] = {
-    name: (None if name == "BYTES" else dtype.itemsize) for name, dtype in OIP_TO_NUMPY.items()
-}
-
-
-def oip_datatype_of(array: np.ndarray) -> str:
-    """The OIP datatype of a numpy array (unicode strings count as BYTES)."""
-    if array.dtype.kind in ("U", "S", "O"):
-        return "BYTES"
-    try:
-        return NUMPY_TO_OIP[array.dtype]
-    except KeyError:
-        raise TypeError(f"no Open Inference Protocol datatype for numpy {array.dtype}") from None
 
 
 @dataclass(frozen=True, slots=True)
