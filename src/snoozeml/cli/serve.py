@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     configure_logging(config.server.log_level)
+    if config.source is not None and any(m.module for m in config.models):
+        # `module = "pkg.mod:factory"` may name a module next to models.toml.
+        sys.path.append(str(config.source.parent))
 
     from snoozeml.server import Daemon  # the heavy imports only once the config is valid
 
