@@ -304,6 +304,9 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             if status != last:
                 await context.write(health_pb2.HealthCheckResponse(status=status))
                 last = status
+                # Read again: the state may have changed (a drain may have begun) during the
+                # write, and the stream must not end before its last status is sent.
+                continue
             if self.service.draining:
                 # End the stream: an open Watch would hold the gRPC server's stop for the
                 # whole drain_timeout.
