@@ -300,8 +300,11 @@ def wait_idle(client: httpx.Client, name: str, timeout_s: float = 10.0) -> dict[
 # Each request is encoded once by the caller and sent many times; each decoder turns a response
 # back into the numpy array of one output, which is what a client needs from it.
 
-OIP_DATATYPES = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64"}
-NUMPY_DATATYPES = {oip: dtype for dtype, oip in OIP_DATATYPES.items()}
+OIP_DATATYPES: dict[np.dtype[Any], str] = {
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.int64): "INT64",
+}
+NUMPY_DATATYPES: dict[str, np.dtype[Any]] = {oip: dtype for dtype, oip in OIP_DATATYPES.items()}
 
 
 def _tensor_header(name: str, model_input: np.ndarray) -> dict[str, Any]:
@@ -351,7 +354,8 @@ def http_output(body: bytes, header_length: str | None, output: str = "y") -> np
         if tensor["name"] == output:
             dtype = NUMPY_DATATYPES[tensor["datatype"]]
             if size is None:
-                return np.asarray(tensor["data"], dtype=dtype).reshape(tensor["shape"])
+                decoded: np.ndarray = np.asarray(tensor["data"], dtype=dtype)
+                return decoded.reshape(tensor["shape"])
             data = np.frombuffer(binary[offset : offset + size], dtype=dtype.newbyteorder("<"))
             return data.reshape(tensor["shape"])
         offset += size or 0

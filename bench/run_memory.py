@@ -208,8 +208,9 @@ host_budget = "{budget_mib}MiB"
 
 
 def zipf_weights(count: int, s: float) -> np.ndarray:
-    weights = 1.0 / np.arange(1, count + 1, dtype=np.float64) ** s
-    return weights / weights.sum()
+    weights: np.ndarray = 1.0 / np.arange(1, count + 1, dtype=np.float64) ** s
+    normalised: np.ndarray = weights / weights.sum()
+    return normalised
 
 
 # --- traffic ------------------------------------------------------------------------------

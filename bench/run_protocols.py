@@ -277,7 +277,7 @@ class PreEncodedClients:
         self.channel = grpc.insecure_channel(
             daemon.grpc_target, options=grpc_channel_options(GRPC_MAX_MESSAGE)
         )
-        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         self.http.close()
@@ -358,7 +358,7 @@ async def concurrent(
         channel = grpc.aio.insecure_channel(
             daemon.grpc_target, options=grpc_channel_options(GRPC_MAX_MESSAGE)
         )
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
 
         async def call() -> np.ndarray:
             return grpc_output(await stub.ModelInfer(encoded.grpc, timeout=CLIENT_TIMEOUT_S))
@@ -482,11 +482,11 @@ def measure_images(
 
 
 def warm_up_count(args: argparse.Namespace) -> int:
-    return min(100, args.requests)
+    return min(100, int(args.requests))
 
 
 def warm_up_s(args: argparse.Namespace) -> float:
-    return min(2.0, args.duration)
+    return min(2.0, float(args.duration))
 
 
 # --- report -------------------------------------------------------------------------------

