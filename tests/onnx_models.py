@@ -167,6 +167,35 @@ def write_multi_dtype_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def write_text_model(path: Path) -> Path:
+    """``text`` STRING [-1] -> ``echo`` = Identity(text)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["text"], ["echo"], name="echo")],
+        "text",
+        [_value("text", TensorProto.STRING, ["n"])],
+        [_value("echo", TensorProto.STRING, ["n"])],
+    )
+    return _save(graph, path)
+
+
+def write_bf16_model(path: Path) -> Path:
+    """``x`` BF16 [-1,2] -> ``wide`` = Cast(x, FP32);  ``f`` FP32 [-1,2] -> ``narrow`` =
+    Cast(f, BF16). numpy has no bfloat16: on the wire BF16 is the upper 16 bits of an FP32."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["wide"], name="widen", to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["f"], ["narrow"], name="narrow", to=TensorProto.BFLOAT16),
+        ],
+        "bf16",
+        [_value("x", TensorProto.BFLOAT16, ["n", 2]), _value("f", TensorProto.FLOAT, ["m", 2])],
+        [
+            _value("wide", TensorProto.FLOAT, ["n", 2]),
+            _value("narrow", TensorProto.BFLOAT16, ["m", 2]),
+        ],
+    )
+    return _save(graph, path)
+
+
 def write_fixed_shape_model(path: Path) -> Path:
     """``x`` FP32 [2, 3] (fixed, no batch dimension) -> ``y`` = x + 1."""
     graph = helper.make_graph(

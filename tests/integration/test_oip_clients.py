@@ -123,8 +123,8 @@ def http_inputs(
     inputs = []
     for name, array in feed.items():
         tensor = httpclient.InferInput(name, list(array.shape), DATATYPES[name])
-        # FP16 has no JSON form, so tritonclient sends it binary in JSON mode too.
-        tensor.set_data_from_numpy(array, binary_data=binary or name == "half")
+        # With binary_data=False tritonclient sends FP16 as JSON numbers, which we accept.
+        tensor.set_data_from_numpy(array, binary_data=binary)
         inputs.append(tensor)
     return inputs
 

@@ -40,6 +40,10 @@ def _parameters(value: object, where: str) -> Parameters:
     return value
 
 
+MAX_RANK = 32
+MAX_ELEMENTS = 2**40
+
+
 def parse_shape(value: object, name: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
@@ -47,6 +51,12 @@ def parse_shape(value: object, name: str) -> tuple[int, ...]:
         raise InvalidInput(
             f"input {name!r}: 'shape' must be a list of non-negative integers, got {value!r}"
         )
+    if len(value) > MAX_RANK:
+        raise InvalidInput(f"input {name!r}: shape has {len(value)} dimensions; at most {MAX_RANK}")
+    # A dimension of 0 makes any shape hold no data, so the size limits on the body do not bound
+    # the others: [2**62, 0] would still be an array numpy cannot describe.
+    if math.prod(d or 1 for d in value) > MAX_ELEMENTS:
+        raise InvalidInput(f"input {name!r}: shape {value} is too large")
     return tuple(value)
 
 

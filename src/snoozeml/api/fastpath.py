@@ -53,10 +53,13 @@ class InferenceRoute:
         self.max_request_size = max_request_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if scope["type"] == "http":
             match = INFER_PATH.match(scope["path"])
             if match is not None:
-                await self.infer(receive, send, match["name"], match["version"], scope)
+                if scope["method"] == "POST":
+                    await self.infer(receive, send, match["name"], match["version"], scope)
+                else:
+                    await _method_not_allowed(send)
                 return
         await self.app(scope, receive, send)
 
@@ -158,6 +161,14 @@ class InferenceRoute:
             raise
         finally:
             watcher.cancel()
+
+
+async def _method_not_allowed(send: Send) -> None:
+    payload = orjson.dumps({"error": "Method Not Allowed"})
+    await send({"type": "http.response.start", "status": 405,
+                "headers": [*_JSON_HEADERS, (b"allow", b"POST"),
+                            (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def _decode(scope: Scope, body: bytes) -> InferRequest:

@@ -87,12 +87,15 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
     """The HTTP application for `service`."""
     app = FastAPI(
         title="SnoozeML", docs_url=None, redoc_url=None, openapi_url=None,
+        # A path with a trailing slash is a 404 with a JSON body, not a bodiless 307.
+        redirect_slashes=False,
     )
 
     def route(path: str, method: str, endpoint: Endpoint, *aliases: str) -> None:
         wrapped = boundary(endpoint)
+        methods = ["GET", "HEAD"] if method == "GET" else [method]  # HTTP: HEAD wherever GET
         for p in (path, *aliases):
-            app.add_api_route(p, wrapped, methods=[method], include_in_schema=False)
+            app.add_api_route(p, wrapped, methods=methods, include_in_schema=False)
 
     def model_args(request: Request) -> tuple[str, str | None]:
         params = request.path_params
@@ -152,16 +155,18 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
         ])
 
     async def load(request: Request) -> Response:
-        await service.load(request.path_params["name"])
+        await service.load(*model_args(request))
         return json_response({})
 
     async def unload(request: Request) -> Response:
-        await service.unload(request.path_params["name"])
+        await service.unload(*model_args(request))
         return json_response({})
 
     route("/v2/repository/index", "POST", repository_index)
-    route("/v2/repository/models/{name}/load", "POST", load)
-    route("/v2/repository/models/{name}/unload", "POST", unload)
+    route("/v2/repository/models/{name}/load", "POST", load,
+          "/v2/repository/models/{name}/versions/{version}/load")
+    route("/v2/repository/models/{name}/unload", "POST", unload,
+          "/v2/repository/models/{name}/versions/{version}/unload")
 
     # --- operators ------------------------------------------------------------------------
 
@@ -172,7 +177,8 @@ def create_app(service: InferenceService, max_request_size: int) -> FastAPI:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        return json_response({"error": str(exc.detail)}, exc.status_code)
+        # Starlette's own headers stay (a 405 names the allowed methods in Allow).
+        return json_response({"error": str(exc.detail)}, exc.status_code, dict(exc.headers or {}))
 
     app.add_exception_handler(StarletteHTTPException, http_error)
     return app

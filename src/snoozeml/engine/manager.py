@@ -192,11 +192,11 @@ class InferenceService:
         ]
         return [e for e in entries if e.state == State.READY.value] if ready_only else entries
 
-    async def load(self, name: str) -> None:
-        await self.manager.get(name).load()
+    async def load(self, name: str, version: str | None = None) -> None:
+        await self.manager.get(name, version).load()
 
-    async def unload(self, name: str) -> None:
-        await self.manager.get(name).unload("admin")
+    async def unload(self, name: str, version: str | None = None) -> None:
+        await self.manager.get(name, version).unload("admin")
 
     # --- status -----------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ copy of them for its whole life, doubling the model's memory.
 
 from __future__ import annotations
 
+import ctypes
+import math
 import sys
 from collections.abc import Sequence
 
@@ -15,6 +17,7 @@ import onnxruntime as ort
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
 from snoozeml.engine.probes import drop_attribute_blocking
+from snoozeml.errors import InvalidInput, Unsupported
 from snoozeml.logs import log_event
 
 PLATFORM = "onnxruntime_onnx"
@@ -65,32 +68,91 @@ class OnnxInstance:
             outputs=tuple(_spec(a) for a in session.get_outputs()),
         )
         self._string_inputs = {s.name for s in self._metadata.inputs if s.datatype == "BYTES"}
+        # BF16 travels as uint16 bits; onnxruntime's numpy API has no bfloat16, so such models
+        # run through OrtValues (which cannot hold strings: a model mixing both is refused).
+        self._bf16_inputs = {s.name for s in self._metadata.inputs if s.datatype == "BF16"}
+        self._bf16 = bool(self._bf16_inputs) or any(
+            s.datatype == "BF16" for s in self._metadata.outputs
+        )
 
     @property
     def metadata(self) -> ModelMetadata:
         return self._metadata
+
+    def validate_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+        """String tensors become str here, before queueing: onnxruntime wants str objects (it
+        would turn bytes into their repr), and bytes that are not UTF-8 fail this request alone
+        with a 400 instead of the whole batch with a 500."""
+        for name in self._string_inputs & inputs.keys():
+            inputs[name] = _as_str_array(inputs[name], name)
 
     def run_blocking(
         self, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
     ) -> dict[str, np.ndarray]:
         feed = inputs
         if self._string_inputs:
-            # onnxruntime wants str objects for string tensors; the wire carries bytes.
             feed = dict(inputs)
             for name in self._string_inputs & feed.keys():
-                feed[name] = _as_str_array(feed[name])
+                feed[name] = _as_str_array(feed[name], name)
         names = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
+        if self._bf16:
+            return self._run_ort_values(feed, names)
         results = self._session.run(names, feed)
         return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
+
+    def _run_ort_values(
+        self, feed: dict[str, np.ndarray], names: list[str]
+    ) -> dict[str, np.ndarray]:
+        if self._string_inputs:
+            raise Unsupported(
+                "this model has both BF16 and string inputs, which onnxruntime's Python API "
+                "cannot feed in one run"
+            )
+        values = {
+            name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.ascontiguousarray(array), _ONNX_BFLOAT16
+            )
+            if name in self._bf16_inputs
+            else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+            for name, array in feed.items()
+        }
+        results = self._session.run_with_ort_values(names, values)
+        return {name: _to_numpy(value) for name, value in zip(names, results, strict=True)}
 
     def close(self) -> None:
         drop_attribute_blocking(self, "_session")
 
 
-def _as_str_array(array: np.ndarray) -> np.ndarray:
-    flat = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
-            for v in array.reshape(-1)]
-    return np.array(flat, dtype=object).reshape(array.shape)
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+
+
+def _to_numpy(value: ort.OrtValue) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        return np.asarray(value.numpy())
+    if value.device_name().lower() != "cpu":
+        raise Unsupported("BF16 outputs are only read back from CPU memory")
+    shape = tuple(value.shape())
+    count = math.prod(shape)
+    if count == 0:
+        return np.zeros(shape, dtype=np.uint16)
+    bits = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.frombuffer(bits, dtype=np.uint16).copy().reshape(shape)
+
+
+def _as_str_array(array: np.ndarray, name: str) -> np.ndarray:
+    flat = array.reshape(-1)
+    if all(type(v) is str for v in flat):
+        return array
+    try:
+        strings = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in flat]
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"input {name!r}: element is not valid UTF-8 ({exc.reason} at byte {exc.start}); "
+            "this model's string input needs text"
+        ) from None
+    converted = np.empty(len(strings), dtype=object)
+    converted[:] = strings
+    return converted.reshape(array.shape)
 
 
 class OnnxBackend:

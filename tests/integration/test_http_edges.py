@@ -1,0 +1,265 @@
+"""Edges of the HTTP contract a client can hit: methods and paths (405 with Allow, HEAD, no
+redirects), request shapes numpy cannot describe, text that is not UTF-8 for a string model,
+BF16 tensors, and versioned repository paths. Each must get its own clear answer, and never
+a 500 or a neighbour's failure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from daemon import Daemon
+from oip_http import index_of
+from onnx_models import write_bf16_model, write_mlp, write_text_model
+
+from snoozeml.proto import inference_pb2 as pb
+from snoozeml.proto import inference_pb2_grpc as pb_grpc
+
+CONFIG = """
+[[models]]
+name = "mlp"
+path = "mlp.onnx"
+
+[[models]]
+name = "text"
+path = "text.onnx"
+[models.batching]
+max_batch_size = 64
+max_delay = "2ms"
+
+[[models]]
+name = "bf16"
+path = "bf16.onnx"
+"""
+
+HEADER = "Inference-Header-Content-Length"
+
+
+@pytest.fixture(scope="module")
+def daemon(module_serve: Any, tmp_path_factory: pytest.TempPathFactory) -> Daemon:
+    folder = tmp_path_factory.mktemp("http_edges")
+    write_mlp(folder / "mlp.onnx")
+    write_text_model(folder / "text.onnx")
+    write_bf16_model(folder / "bf16.onnx")
+    return module_serve(CONFIG, directory=folder)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=daemon.url, timeout=60) as http:
+        yield http
+
+
+def binary_body(header: dict[str, Any], *blobs: bytes) -> tuple[bytes, dict[str, str]]:
+    text = json.dumps(header).encode()
+    return text + b"".join(blobs), {HEADER: str(len(text))}
+
+
+def mlp_row() -> dict[str, Any]:
+    return {"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}]}
+
+
+# --- methods and paths -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+@pytest.mark.parametrize("path", ["/v2/models/mlp/infer", "/v2/models/mlp/versions/1/infer"])
+def test_infer_with_another_method_is_405_naming_post(
+    client: httpx.Client, method: str, path: str
+) -> None:
+    response = client.request(method, path)
+
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert response.json() == {"error": "Method Not Allowed"}
+
+
+def test_a_405_on_any_endpoint_says_which_methods_are_allowed(client: httpx.Client) -> None:
+    response = client.put("/v2/health/ready")
+
+    assert response.status_code == 405
+    assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
+    assert "error" in response.json()
+
+
+@pytest.mark.parametrize("path", ["/v2", "/v2/health/live", "/health/ready", "/v2/models/mlp"])
+def test_head_answers_like_get_without_a_body(client: httpx.Client, path: str) -> None:
+    get = client.get(path)
+    head = client.head(path)
+
+    assert head.status_code == get.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-length"] == str(len(get.content))
+
+
+@pytest.mark.parametrize("path", ["/v2/", "/v2/models/mlp/", "/health/live/"])
+def test_a_trailing_slash_is_a_json_404_not_a_redirect(client: httpx.Client, path: str) -> None:
+    response = client.get(path)
+
+    assert response.status_code == 404
+    assert response.json() == {"error": "Not Found"}
+
+
+def test_repository_load_and_unload_take_the_optional_version_segment(
+    client: httpx.Client,
+) -> None:
+    loaded = client.post("/v2/repository/models/mlp/versions/1/load")
+    assert loaded.status_code == 200, loaded.text
+    assert index_of(client)["mlp"]["state"] == "READY"
+
+    unloaded = client.post("/v2/repository/models/mlp/versions/1/unload")
+    assert unloaded.status_code == 200, unloaded.text
+    assert index_of(client)["mlp"]["state"] == "UNLOADED"
+
+    missing = client.post("/v2/repository/models/mlp/versions/2/load")
+    assert missing.status_code == 404
+    assert "version '2'" in missing.json()["error"]
+
+
+# --- shapes numpy cannot describe --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [
+        pytest.param([2**62, 0], "too large", id="huge-dim-beside-zero"),
+        pytest.param([2**32, 2**32, 0], "too large", id="huge-product-beside-zero"),
+        pytest.param([1] * 65, "at most 32", id="rank-65"),
+    ],
+)
+@pytest.mark.parametrize("model", ["mlp", "no-such-model"])
+def test_impossible_shapes_are_a_400_naming_the_input(
+    client: httpx.Client, shape: list[int], words: str, model: str
+) -> None:
+    data: list[float] = [] if 0 in shape else [1.0]
+    body = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": data}]}
+
+    response = client.post(f"/v2/models/{model}/infer", json=body)
+
+    assert response.status_code == 400, response.text
+    assert "input 'x'" in response.json()["error"]
+    assert words in response.json()["error"]
+    assert client.post("/v2/models/mlp/infer", json=mlp_row()).status_code == 200
+
+
+def test_impossible_binary_shapes_are_a_400_too(client: httpx.Client) -> None:
+    header = {"inputs": [{"name": "x", "shape": [2**62, 0], "datatype": "FP32",
+                          "parameters": {"binary_data_size": 0}}]}
+    content, headers = binary_body(header)
+
+    response = client.post("/v2/models/mlp/infer", content=content, headers=headers)
+
+    assert response.status_code == 400, response.text
+    assert "too large" in response.json()["error"]
+
+
+# --- string models -----------------------------------------------------------------------
+
+
+def bytes_element(raw: bytes) -> bytes:
+    return len(raw).to_bytes(4, "little") + raw
+
+
+def test_bytes_that_are_not_utf8_fail_only_their_own_request(client: httpx.Client) -> None:
+    # A string model needs text; invalid UTF-8 is that request's 400. Sent amid good requests
+    # to a batching model, so a bad element that reached the batch would fail its neighbours.
+    bad_header = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                              "parameters": {"binary_data_size": 6}}]}
+    bad_content, bad_headers = binary_body(bad_header, bytes_element(b"\xff\xfe"))
+
+    def good(i: int) -> tuple[int, Any]:
+        words = [f"hello {i}", "snooze ✓"]
+        body = {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": words}]}
+        response = client.post("/v2/models/text/infer", json=body)
+        return response.status_code, (response.json(), words)
+
+    def bad(i: int) -> tuple[int, Any]:
+        response = client.post("/v2/models/text/infer", content=bad_content, headers=bad_headers)
+        return response.status_code, response.json()
+
+    with ThreadPoolExecutor(9) as pool:
+        goods = [pool.submit(good, i) for i in range(60)]
+        bads = [pool.submit(bad, i) for i in range(30)]
+        good_results = [f.result() for f in goods]
+        bad_results = [f.result() for f in bads]
+
+    for status, (body, words) in good_results:
+        assert status == 200, body
+        assert body["outputs"][0]["data"] == words
+    for status, body in bad_results:
+        assert status == 400, body
+        assert "input 'text'" in body["error"]
+        assert "UTF-8" in body["error"]
+
+
+# --- BF16 --------------------------------------------------------------------------------
+
+# Values BF16 holds exactly, so the expected bits are the upper half of their FP32 bits.
+EXACT = np.array([[1.5, -2.0], [3.0, 0.25], [0.0, -0.5]], dtype="<f4")
+EXACT_BITS = (EXACT.view("<u4") >> 16).astype("<u2")
+
+
+def test_bf16_travels_as_binary_over_http_both_ways(client: httpx.Client) -> None:
+    header = {
+        "inputs": [
+            {"name": "x", "shape": [3, 2], "datatype": "BF16",
+             "parameters": {"binary_data_size": EXACT_BITS.nbytes}},
+            {"name": "f", "shape": [3, 2], "datatype": "FP32", "data": EXACT.ravel().tolist()},
+        ],
+        "outputs": [{"name": "wide"}, {"name": "narrow", "parameters": {"binary_data": True}}],
+    }
+    content, headers = binary_body(header, EXACT_BITS.tobytes())
+
+    response = client.post("/v2/models/bf16/infer", content=content, headers=headers)
+
+    assert response.status_code == 200, response.text
+    length = int(response.headers[HEADER.lower()])
+    doc = json.loads(response.content[:length])
+    outputs = {o["name"]: o for o in doc["outputs"]}
+    assert outputs["wide"]["data"] == EXACT.ravel().tolist()
+    assert outputs["narrow"]["datatype"] == "BF16"
+    assert outputs["narrow"]["parameters"] == {"binary_data_size": EXACT_BITS.nbytes}
+    narrow = np.frombuffer(response.content[length:], "<u2").reshape(3, 2)
+    np.testing.assert_array_equal(narrow, EXACT_BITS)
+
+
+def test_a_bf16_output_asked_as_json_comes_back_as_its_float_values(
+    client: httpx.Client,
+) -> None:
+    header = {"inputs": [
+        {"name": "x", "shape": [1, 2], "datatype": "BF16", "parameters": {"binary_data_size": 4}},
+        {"name": "f", "shape": [3, 2], "datatype": "FP32", "data": EXACT.ravel().tolist()},
+    ]}
+    content, headers = binary_body(header, EXACT_BITS[:1].tobytes())
+
+    response = client.post("/v2/models/bf16/infer", content=content, headers=headers)
+
+    assert response.status_code == 200, response.text
+    outputs = {o["name"]: o for o in response.json()["outputs"]}
+    assert outputs["narrow"]["data"] == EXACT.ravel().tolist()
+    assert outputs["wide"]["data"] == EXACT[:1].ravel().tolist()
+
+
+def test_bf16_travels_raw_over_grpc(daemon: Daemon) -> None:
+    request = pb.ModelInferRequest(model_name="bf16")
+    request.inputs.add(name="x", datatype="BF16", shape=[3, 2])
+    request.inputs.add(name="f", datatype="FP32", shape=[3, 2])
+    request.raw_input_contents.extend([EXACT_BITS.tobytes(), EXACT.tobytes()])
+
+    with grpc.insecure_channel(daemon.grpc_address) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+
+    got = {o.name: (o, raw) for o, raw in zip(response.outputs, response.raw_output_contents,
+                                              strict=True)}
+    wide, wide_raw = got["wide"]
+    narrow, narrow_raw = got["narrow"]
+    assert (narrow.datatype, list(narrow.shape)) == ("BF16", [3, 2])
+    np.testing.assert_array_equal(np.frombuffer(wide_raw, "<f4").reshape(3, 2), EXACT)
+    np.testing.assert_array_equal(np.frombuffer(narrow_raw, "<u2").reshape(3, 2), EXACT_BITS)
+    assert wide.datatype == "FP32"
