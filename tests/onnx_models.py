@@ -178,6 +178,17 @@ def write_text_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def write_flag_model(path: Path) -> Path:
+    """``flag`` BOOL [-1,2] -> ``flag_out`` = Not(flag)."""
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["flag"], ["flag_out"], name="negate")],
+        "flags",
+        [_value("flag", TensorProto.BOOL, ["n", 2])],
+        [_value("flag_out", TensorProto.BOOL, ["n", 2])],
+    )
+    return _save(graph, path)
+
+
 def write_bf16_model(path: Path) -> Path:
     """``x`` BF16 [-1,2] -> ``wide`` = Cast(x, FP32);  ``f`` FP32 [-1,2] -> ``narrow`` =
     Cast(f, BF16). numpy has no bfloat16: on the wire BF16 is the upper 16 bits of an FP32."""

@@ -124,12 +124,23 @@ def test_grpcurl_lists_the_methods_of_the_health_service(daemon: Daemon) -> None
 @pytest.mark.parametrize(("service", "status"), [
     ("", "SERVING"),
     ("mlp", "SERVING"),
-    ("nope", "SERVICE_UNKNOWN"),
 ])
 def test_grpcurl_health_check(daemon: Daemon, service: str, status: str) -> None:
     answer = grpcurl(daemon, "grpc.health.v1.Health/Check", data={"service": service})
 
     assert json.loads(answer) == {"status": status}
+
+
+def test_health_check_of_an_unknown_service_is_not_found_as_grpc_health_v1_says(
+    daemon: Daemon,
+) -> None:
+    with grpc.insecure_channel(daemon.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        with pytest.raises(grpc.RpcError) as failure:
+            health.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=60)
+
+    assert failure.value.code() == grpc.StatusCode.NOT_FOUND
+    assert failure.value.details() == "unknown service 'nope'"
 
 
 def test_grpcurl_health_check_of_a_failed_model_is_not_serving_and_the_server_still_is(

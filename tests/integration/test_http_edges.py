@@ -5,23 +5,30 @@ a 500 or a neighbour's failure."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 import httpx
+import ml_dtypes
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 from daemon import Daemon
 from oip_http import index_of
-from onnx_models import write_bf16_model, write_mlp, write_text_model
+from onnx_models import write_bf16_model, write_flag_model, write_mlp, write_text_model
 
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
 
 CONFIG = """
+[server]
+max_request_size = "1MiB"
+
 [[models]]
 name = "mlp"
 path = "mlp.onnx"
@@ -36,6 +43,10 @@ max_delay = "2ms"
 [[models]]
 name = "bf16"
 path = "bf16.onnx"
+
+[[models]]
+name = "flags"
+path = "flags.onnx"
 """
 
 HEADER = "Inference-Header-Content-Length"
@@ -47,6 +58,7 @@ def daemon(module_serve: Any, tmp_path_factory: pytest.TempPathFactory) -> Daemo
     write_mlp(folder / "mlp.onnx")
     write_text_model(folder / "text.onnx")
     write_bf16_model(folder / "bf16.onnx")
+    write_flag_model(folder / "flags.onnx")
     return module_serve(CONFIG, directory=folder)  # type: ignore[no-any-return]
 
 
@@ -263,3 +275,119 @@ def test_bf16_travels_raw_over_grpc(daemon: Daemon) -> None:
     np.testing.assert_array_equal(np.frombuffer(wide_raw, "<f4").reshape(3, 2), EXACT)
     np.testing.assert_array_equal(np.frombuffer(narrow_raw, "<u2").reshape(3, 2), EXACT_BITS)
     assert wide.datatype == "FP32"
+
+
+# --- compressed bodies -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_tritonclient_request_compression_is_inflated_before_decoding(
+    daemon: Daemon, algorithm: str, binary: bool
+) -> None:
+    f = np.arange(6, dtype=np.float32).reshape(3, 2)
+    x = httpclient.InferInput("x", [3, 2], "BF16")
+    x.set_data_from_numpy(EXACT.astype(ml_dtypes.bfloat16), binary_data=True)
+    tensor = httpclient.InferInput("f", [3, 2], "FP32")
+    tensor.set_data_from_numpy(f, binary_data=binary)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{daemon.http_port}")
+    try:
+        result = client.infer("bf16", [x, tensor], request_compression_algorithm=algorithm)
+    finally:
+        client.close()
+
+    np.testing.assert_array_equal(result.as_numpy("wide"), EXACT)
+    np.testing.assert_array_equal(result.as_numpy("narrow").astype(np.float32), f)
+
+
+def test_a_compressed_body_that_inflates_past_the_limit_is_413(client: httpx.Client) -> None:
+    # 2 MiB of JSON whitespace squeezes into a few KiB; the limit here is 1 MiB.
+    bomb = gzip.compress(b"{" + b" " * (2 * 1024 * 1024) + b"}")
+    assert len(bomb) < 64 * 1024
+
+    response = client.post("/v2/models/mlp/infer", content=bomb,
+                           headers={"Content-Encoding": "gzip"})
+
+    assert response.status_code == 413, response.text
+    assert "inflated" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "content", "words"),
+    [
+        pytest.param("br", b"whatever", "unsupported Content-Encoding 'br'", id="unknown"),
+        pytest.param("gzip", b"not gzip at all", "not valid gzip", id="not-gzip"),
+        pytest.param("deflate", zlib.compress(json.dumps(mlp_row()).encode())[:-6],
+                     "truncated", id="truncated"),
+    ],
+)
+def test_bad_compressed_bodies_are_a_400(
+    client: httpx.Client, encoding: str, content: bytes, words: str
+) -> None:
+    response = client.post("/v2/models/mlp/infer", content=content,
+                           headers={"Content-Encoding": encoding})
+
+    assert response.status_code == 400, response.text
+    assert words in response.json()["error"]
+
+
+# --- refused extensions, out-of-range values ---------------------------------------------
+
+
+def test_shared_memory_parameters_are_501_not_a_confusing_400(client: httpx.Client) -> None:
+    body = mlp_row()
+    region = {"shared_memory_region": "r0", "shared_memory_byte_size": 256}
+    body["inputs"][0] = {"name": "x", "shape": [1, 64], "datatype": "FP32", "parameters": region}
+
+    response = client.post("/v2/models/mlp/infer", json=body)
+
+    assert response.status_code == 501, response.text
+    assert "shared memory" in response.json()["error"]
+
+
+@pytest.mark.parametrize("value", [3.5e38, -1e39])
+def test_a_float_beyond_fp32_is_a_400_not_an_infinity(client: httpx.Client, value: float) -> None:
+    body = mlp_row()
+    body["inputs"][0]["data"] = [value] + [0.0] * 63
+
+    response = client.post("/v2/models/mlp/infer", json=body)
+
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "input 'x': a value is out of range for FP32"
+
+
+def flag_request(raw: bytes) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="flags")
+    request.inputs.add(name="flag", datatype="BOOL", shape=[1, 2])
+    request.raw_input_contents.append(raw)
+    return request
+
+
+def test_raw_bool_bytes_other_than_0_and_1_are_a_400(daemon: Daemon) -> None:
+    with grpc.insecure_channel(daemon.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.ModelInfer(flag_request(b"\x02\xff"), timeout=60)
+        good = stub.ModelInfer(flag_request(b"\x01\x00"), timeout=60)
+
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert failure.value.details() == "input 'flag': BOOL data must be bytes of 0 or 1"
+    assert good.raw_output_contents[0] == b"\x00\x01"  # Not
+
+
+def test_a_very_long_model_name_is_not_found_with_a_message_that_fits(daemon: Daemon) -> None:
+    name = "n" * 20000
+    request = pb.ModelInferRequest(model_name=name)
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 64])
+    request.raw_input_contents.append(np.zeros(64, "<f4").tobytes())
+
+    with grpc.insecure_channel(daemon.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.ModelInfer(request, timeout=60)
+        ready = stub.ServerReady(pb.ServerReadyRequest(), timeout=60)
+
+    assert failure.value.code() == grpc.StatusCode.NOT_FOUND
+    assert failure.value.details().startswith("unknown model 'nnn")
+    assert len(failure.value.details()) <= 2000
+    assert ready.ready

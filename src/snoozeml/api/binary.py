@@ -68,7 +68,10 @@ def raw_to_array(
             f"input {name!r}: {datatype} {list(shape)} needs {expected} bytes of binary data, "
             f"got {len(raw)}"
         )
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    array = np.frombuffer(raw, dtype=dtype)
+    if datatype == "BOOL" and array.size and array.view(np.uint8).max() > 1:
+        raise InvalidInput(f"input {name!r}: BOOL data must be bytes of 0 or 1")
+    return array.reshape(shape)
 
 
 def array_to_raw(datatype: str, array: np.ndarray) -> bytes:

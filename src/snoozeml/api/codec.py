@@ -60,6 +60,14 @@ def parse_shape(value: object, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def refuse_shared_memory(parameters: Parameters, where: str) -> None:
+    """The shared-memory extension is not offered: say so rather than miss the data."""
+    if "shared_memory_region" in parameters:
+        raise Unsupported(
+            f"{where}: the shared memory extension is not supported; send the data in the request"
+        )
+
+
 def parse_datatype(value: object, name: str) -> str:
     if not isinstance(value, str) or value not in OIP_TO_NUMPY:
         raise InvalidInput(
@@ -131,7 +139,11 @@ def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -
             info = np.iinfo(dtype)  # type: ignore[type-var]
             if raw.min() < info.min or raw.max() > info.max:
                 raise InvalidInput(f"input {name!r}: a value is out of range for {datatype}")
-        array = raw.astype(dtype, copy=False).reshape(-1)
+        try:
+            with np.errstate(over="raise"):  # 1e39 as FP32 would be inf, with a stray warning
+                array = raw.astype(dtype, copy=False).reshape(-1)
+        except FloatingPointError:
+            raise InvalidInput(f"input {name!r}: a value is out of range for {datatype}") from None
     if array.size != count:
         raise InvalidInput(
             f"input {name!r}: shape {list(shape)} needs {count} elements, data has {array.size}"
@@ -166,6 +178,7 @@ def decode_json_request(doc: object, binary: memoryview | None = None) -> InferR
         shape = parse_shape(raw.get("shape"), name)
         datatype = parse_datatype(raw.get("datatype"), name)
         parameters = _parameters(raw.get("parameters"), f"input {name!r}")
+        refuse_shared_memory(parameters, f"input {name!r}")
         size = parameters.get("binary_data_size")
         if size is not None:
             array = _binary_input(name, datatype, shape, size, raw, binary, offset)
@@ -232,9 +245,9 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
     for position, raw in enumerate(value):
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidInput(f"outputs[{position}] must be an object with a string 'name'")
-        outputs.append(
-            RequestedOutput(raw["name"], _parameters(raw.get("parameters"), "output"))
-        )
+        parameters = _parameters(raw.get("parameters"), "output")
+        refuse_shared_memory(parameters, f"output {raw['name']!r}")
+        outputs.append(RequestedOutput(raw["name"], parameters))
     return outputs or None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -127,7 +128,8 @@ class InferenceRoute:
                     raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
                 chunks.append(chunk)
             if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                return _decompress(scope, body, limit)
 
     async def _infer_until_gone(
         self, receive: Receive, name: str, version: str | None, request: Any
@@ -169,6 +171,37 @@ async def _method_not_allowed(send: Send) -> None:
                 "headers": [*_JSON_HEADERS, (b"allow", b"POST"),
                             (b"content-length", str(len(payload)).encode())]})
     await send({"type": "http.response.body", "body": payload})
+
+
+_WBITS = {b"gzip": 31, b"deflate": 15}  # zlib's window bits for a gzip / zlib stream
+
+
+def _decompress(scope: Scope, body: bytes, limit: int) -> bytes:
+    """The body as sent before its Content-Encoding (tritonclient's request compression);
+    what it inflates to is held to the same size limit."""
+    encoding = b""
+    for key, value in scope["headers"]:
+        if key == b"content-encoding":
+            encoding = value.strip().lower()
+            break
+    if encoding in (b"", b"identity"):
+        return body
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        raise InvalidInput(
+            f"unsupported Content-Encoding {encoding.decode('latin-1')!r}; "
+            "use gzip, deflate or none"
+        )
+    inflater = zlib.decompressobj(wbits)
+    try:
+        plain = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(f"request body is not valid {encoding.decode()} data: {exc}") from None
+    if len(plain) > limit:
+        raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes once inflated")
+    if not inflater.eof:
+        raise InvalidInput(f"request body is truncated {encoding.decode()} data")
+    return plain
 
 
 def _decode(scope: Scope, body: bytes) -> InferRequest:

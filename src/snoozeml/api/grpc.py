@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from snoozeml.api.binary import array_to_raw, raw_to_array
-from snoozeml.api.codec import parse_datatype, parse_shape
+from snoozeml.api.codec import parse_datatype, parse_shape, refuse_shared_memory
 from snoozeml.api.errors import grpc_status
 from snoozeml.datatypes import OIP_TO_NUMPY, TensorSpec
 from snoozeml.engine.lifecycle import State
@@ -119,6 +119,8 @@ def decode_grpc_request(request: pb.ModelInferRequest) -> InferRequest:
         name = tensor.name
         datatype = parse_datatype(tensor.datatype, name)
         shape = parse_shape(list(tensor.shape), name)
+        parameters = parameters_from_proto(tensor.parameters)
+        refuse_shared_memory(parameters, f"input {name!r}")
         if raw_contents:
             if _has_contents(tensor):
                 raise InvalidInput(
@@ -128,13 +130,12 @@ def decode_grpc_request(request: pb.ModelInferRequest) -> InferRequest:
             array = raw_to_array(name, datatype, shape, raw_contents[position])
         else:
             array = contents_to_array(name, datatype, shape, tensor.contents)
-        inputs.append(
-            InferInput(name, datatype, shape, array, parameters_from_proto(tensor.parameters))
-        )
-    outputs = [
-        RequestedOutput(out.name, parameters_from_proto(out.parameters))
-        for out in request.outputs
-    ]
+        inputs.append(InferInput(name, datatype, shape, array, parameters))
+    outputs = []
+    for out in request.outputs:
+        out_parameters = parameters_from_proto(out.parameters)
+        refuse_shared_memory(out_parameters, f"output {out.name!r}")
+        outputs.append(RequestedOutput(out.name, out_parameters))
     return InferRequest(
         inputs=inputs,
         outputs=outputs or None,
@@ -152,6 +153,15 @@ def _metadata_proto(spec: TensorSpec) -> pb.ModelMetadataResponse.TensorMetadata
 # --- the services -------------------------------------------------------------------------
 
 
+# Messages travel in the trailers, which grpcio clients cap (8 KiB by default); a message that
+# repeats a client's 20,000-character model name would turn into RESOURCE_EXHAUSTED.
+MAX_MESSAGE = 2000
+
+
+def _fits_trailers(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+
+
 def boundary(
     method: Callable[[Any, Request, Context], Awaitable[Response]],
 ) -> Callable[[Any, Request, Context], Awaitable[Response]]:
@@ -167,14 +177,14 @@ def boundary(
             if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE):
                 log_event("request_failed", logging.WARNING, rpc=method.__name__,
                           code=code.name, error=exc.message)
-            await context.abort(code, exc.message)
+            await context.abort(code, _fits_trailers(exc.message))
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
                 raise
             log_event("request_failed", logging.ERROR, rpc=method.__name__, code="INTERNAL",
                       error=describe_exception(exc))
             await context.abort(grpc.StatusCode.INTERNAL,
-                                f"internal error: {describe_exception(exc)}")
+                                _fits_trailers(f"internal error: {describe_exception(exc)}"))
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
     return wrapper
@@ -276,8 +286,8 @@ _Status = health_pb2.HealthCheckResponse.ServingStatus
 
 class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     """Service "" is the server (NOT_SERVING while draining); a model name is SERVING unless
-    that model is FAILED; any other name is SERVICE_UNKNOWN. Watch streams end once the
-    server drains, after their last status."""
+    that model is FAILED. Check on any other name is NOT_FOUND, Watch streams SERVICE_UNKNOWN
+    for it. Watch streams end once the server drains, after their last status."""
 
     def __init__(self, service: InferenceService) -> None:
         self.service = service
@@ -294,7 +304,11 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: Any
     ) -> health_pb2.HealthCheckResponse:
-        return health_pb2.HealthCheckResponse(status=self.status(request.service))
+        status = self.status(request.service)
+        if status == _Status.SERVICE_UNKNOWN:  # as grpc.health.v1 says (Watch streams it)
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                _fits_trailers(f"unknown service {request.service!r}"))
+        return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
         last: int | None = None
