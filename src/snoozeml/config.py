@@ -14,7 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from snoozeml.errors import ConfigError
 from snoozeml.units import parse_duration, parse_size
@@ -32,6 +42,18 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
+def _non_empty_path(value: object) -> object:
+    if value == "":
+        raise ValueError("must not be empty")
+    return value
+
+
+def _factory_target(value: object) -> object:
+    if isinstance(value, str) and not re.fullmatch(r"[\w.]+:[\w.]+", value):
+        raise ValueError(f"{value!r} must look like 'package.module:factory'")
+    return value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -41,13 +63,15 @@ class MemoryConfig(_Section):
     gpu_budget: Budget = 0.9
     memory_wait: Duration = 10.0
     min_residency: Duration = 2.0
-    memory_factor: float = Field(default=1.1, gt=0)
+    memory_factor: StrictFloat = Field(default=1.1, gt=0)
 
 
 class ServerConfig(_Section):
-    host: str = "127.0.0.1"
-    http_port: int = Field(default=8080, ge=0, le=65535)
-    grpc_port: int = Field(default=8081, ge=0, le=65535)
+    # Strict types: TOML has real booleans and integers, so `port = true` or `preload = "yes"`
+    # is a mistake to report, not a value to coerce.
+    host: StrictStr = Field(default="127.0.0.1", min_length=1)
+    http_port: StrictInt = Field(default=8080, ge=0, le=65535)
+    grpc_port: StrictInt = Field(default=8081, ge=0, le=65535)
     idle_timeout: DurationOrNever = 300.0
     load_timeout: Duration = 300.0
     drain_timeout: Duration = 30.0
@@ -59,41 +83,41 @@ class ServerConfig(_Section):
 
 
 class BatchingConfig(_Section):
-    max_batch_size: int = Field(default=32, ge=0)
+    max_batch_size: StrictInt = Field(default=32, ge=0)
     max_delay: Duration = 0.0
-    max_queue: int = Field(default=1024, ge=1)
+    max_queue: StrictInt = Field(default=1024, ge=1)
 
 
 class TensorConfig(_Section):
     """A declared input or output (plain state-dict torch models, which carry no metadata)."""
 
-    name: str
-    datatype: str
-    shape: list[int]
+    name: StrictStr
+    datatype: StrictStr
+    shape: list[StrictInt]
 
 
 class ModelConfig(_Section):
-    name: str
-    path: Path
+    name: StrictStr
+    path: Annotated[Path, BeforeValidator(_non_empty_path)]
     format: Literal["onnx", "torch"] | None = None
     device: str = "auto"
     # None in the file means "inherit from [server]"; `never` pins. Resolved by load_config.
     idle_timeout: DurationOrNever = None
     load_timeout: Duration | None = None
-    preload: bool = False
-    intra_op_threads: int = Field(default=1, ge=0, le=1024)
-    tensorrt: bool = False
-    memory_factor: float | None = Field(default=None, gt=0)
+    preload: StrictBool = False
+    intra_op_threads: StrictInt = Field(default=1, ge=0, le=1024)
+    tensorrt: StrictBool = False
+    memory_factor: StrictFloat | None = Field(default=None, gt=0)
     # --- torch (safetensors) models ---
     task: Literal["feature-extraction", "text-classification", "image-classification"] | None = (
         None
     )
     pooling: Literal["mean", "cls"] = "mean"
-    normalize: bool = True
-    tokenize: bool = False
-    max_length: int = Field(default=512, ge=1)
+    normalize: StrictBool = True
+    tokenize: StrictBool = False
+    max_length: StrictInt = Field(default=512, ge=1)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    module: str | None = None
+    module: Annotated[StrictStr, BeforeValidator(_factory_target)] | None = None
     inputs: list[TensorConfig] = []
     outputs: list[TensorConfig] = []
     batching: BatchingConfig = BatchingConfig()
@@ -141,6 +165,8 @@ def _apply_env(server: dict[str, Any], environ: Mapping[str, str]) -> dict[str, 
         value: Any = environ[var]
         if path[-1] == "log_level":
             value = value.lower()
+        elif path[-1] in ("http_port", "grpc_port") and value.strip().isdigit():
+            value = int(value)  # a port from the environment is text; the file's is an integer
         table[path[-1]] = value
         origins[".".join(("server", *path))] = var
     return origins
@@ -194,12 +220,31 @@ def _dotted(loc: tuple[str | int, ...]) -> str:
     return text
 
 
+_TYPE_NAMES = {
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "float_type": "a number",
+    "string_type": "a string",
+}
+
+
+def _toml_value(value: object) -> str:
+    """A value as the file wrote it (true, not True; strings quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "unknown key"
     if kind == "missing":
         return "missing required key"
+    if kind in _TYPE_NAMES:
+        return f"must be {_TYPE_NAMES[kind]}, got {_toml_value(error.get('input'))}"
     message = str(error["msg"])
     return message.removeprefix("Value error, ")
 
@@ -215,6 +260,10 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Config:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{label}: cannot read config: {exc.strerror or exc}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([
+            f"{label}: cannot read config: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ]) from exc
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -88,6 +88,18 @@ class Daemon:
                       error=exc.strerror or str(exc))
             return 1
         self.http_port = sock.getsockname()[1]
+        # Listening now holds the port, so a gRPC port equal to it (or taken by anyone else) is
+        # refused here with the OS's own words; grpcio only says "Failed to bind" (and prints a
+        # C-core line to stderr).
+        sock.listen(self._http.config.backlog)
+        if server.grpc_port:
+            try:
+                bind_socket(server.host, server.grpc_port).close()
+            except OSError as exc:
+                sock.close()
+                log_event("bind_failed", logging.ERROR, host=server.host, port=server.grpc_port,
+                          error=exc.strerror or str(exc))
+                return 1
         # grpc.aio binds to the running loop when created, so it is built here.
         self._grpc = grpc_server = create_grpc_server(self.service, server.grpc_max_message_size)
         try:

@@ -4,6 +4,7 @@ invalid configurations (Done means 6)."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,33 @@ def test_a_missing_config_file_is_reported_without_a_traceback(tmp_path: Path) -
     assert "absent.toml" in result.stderr
     assert "cannot read config" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("taken_by", ["http", "someone-else"])
+def test_a_grpc_port_already_taken_is_bind_failed_exit_1_naming_it(
+    tmp_path: Path, taken_by: str
+) -> None:
+    write_mlp(tmp_path / "tiny.onnx")
+    config = tmp_path / "models.toml"
+    config.write_text('[[models]]\nname = "tiny"\npath = "tiny.onnx"\n')
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    if taken_by == "http":
+        holder.close()  # the daemon's own HTTP listener takes it first
+    http_port = str(port) if taken_by == "http" else "0"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "snoozeml", "serve", "-c", str(config),
+             "--http-port", http_port, "--grpc-port", str(port)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    finally:
+        holder.close()
+
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert f'bind_failed host=127.0.0.1 port={port} error="Address already in use"' in text
+    assert "server_started" not in text
+    assert "Traceback" not in text

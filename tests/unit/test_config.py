@@ -418,3 +418,69 @@ def test_a_size_or_budget_of_zero_is_refused(server: dict[str, object], key: str
 def test_a_budget_share_from_the_environment_is_a_share() -> None:
     config = parse_config({}, environ={"SNOOZE_HOST_BUDGET": "0.25"})
     assert config.server.memory.host_budget == pytest.approx(0.25)
+
+
+# --- types are TOML's, not coerced ---------------------------------------------------------
+
+
+def test_a_value_of_the_wrong_type_is_a_problem_not_a_coercion(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, f"""
+        [server]
+        grpc_port = true
+        http_port = "8080"
+        host = ""
+
+        [[models]]
+        name = "a"
+        path = "{model_file}"
+        preload = "yes"
+        intra_op_threads = 2.0
+        memory_factor = true
+        module = "nocolon"
+
+        [models.batching]
+        max_batch_size = 1.5
+        """)
+
+    assert problems_of(path) == [
+        f"{path}:2: server.grpc_port: must be an integer, got true",
+        f'{path}:3: server.http_port: must be an integer, got "8080"',
+        f"{path}:4: server.host: String should have at least 1 character",
+        f'{path}:9: models[0].preload: must be true or false, got "yes"',
+        f"{path}:10: models[0].intra_op_threads: must be an integer, got 2.0",
+        f"{path}:11: models[0].memory_factor: must be a number, got true",
+        f"{path}:12: models[0].module: 'nocolon' must look like 'package.module:factory'",
+        f"{path}:15: models[0].batching.max_batch_size: must be an integer, got 1.5",
+    ]
+
+
+def test_an_empty_model_path_is_a_problem(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[models]]
+        name = "a"
+        path = ""
+        """)
+
+    assert problems_of(path) == [f"{path}:3: models[0].path: must not be empty"]
+
+
+def test_ports_from_the_environment_are_text_turned_into_integers(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+
+    config = load_config(path, {"SNOOZE_HTTP_PORT": "9000", "SNOOZE_GRPC_PORT": "0"})
+
+    assert (config.server.http_port, config.server.grpc_port) == (9000, 0)
+    assert problems_of(path, {"SNOOZE_GRPC_PORT": "abc"}) == [
+        f'{path}: server.grpc_port (from $SNOOZE_GRPC_PORT): must be an integer, got "abc"'
+    ]
+
+
+def test_a_config_that_is_not_utf8_is_a_problem_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_bytes(b"\xff\xfe[server]\n")
+
+    assert problems_of(path) == [
+        f"{path}: cannot read config: not UTF-8 text (invalid start byte at byte 0)"
+    ]

@@ -25,14 +25,22 @@ def _port(text: str) -> int:
     return value
 
 
+def _host(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the host must not be empty")
+    return text
+
+
 def register(commands: Any) -> None:
     parser = commands.add_parser("serve", help="run the inference daemon")
     parser.add_argument("-c", "--config", type=Path, default=Path("models.toml"),
                         help="models.toml to serve (default: ./models.toml)")
-    parser.add_argument("--host", help="address to listen on (overrides [server].host)")
+    parser.add_argument("--host", type=_host,
+                        help="address to listen on (overrides [server].host)")
     parser.add_argument("--http-port", type=_port, help="HTTP port; 0 picks a free one")
     parser.add_argument("--grpc-port", type=_port, help="gRPC port; 0 picks a free one")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", type=str.lower,
+                        choices=["debug", "info", "warning", "error"])
     parser.set_defaults(handler=run)
 
 
