@@ -62,13 +62,21 @@ class Daemon:
             timeout_graceful_shutdown=server.drain_timeout,  # type: ignore[arg-type]
         ))
         self._grpc: grpc.aio.Server | None = None
+        self._forced_stop: asyncio.Future[None] | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
 
     def request_shutdown(self, signame: str) -> None:
         if self._http.should_exit:
+            # A second signal ends the drain now, as drain_timeout would: requests still queued
+            # or waiting are answered 503 and calls are cancelled; only a batch already running
+            # in a worker thread is waited for (onnxruntime and torch can't be interrupted).
             log_event("shutdown_forced", logging.WARNING, signal=signame)
             self._http.force_exit = True
+            for task in list(self._http.server_state.tasks):
+                task.cancel(msg="forced shutdown")
+            if self._grpc is not None:
+                self._forced_stop = asyncio.ensure_future(self._grpc.stop(grace=None))
             return
         log_event("shutdown_requested", signal=signame,
                   drain_timeout_s=self.config.server.drain_timeout)

@@ -59,3 +59,43 @@ path = "{loop_model.path}"
     assert "model_unloaded model=slow reason=shutdown" in log
     assert re.search(r"server_stopped", log)
     assert "Traceback" not in daemon.log()
+
+
+def test_a_second_signal_ends_the_drain_at_once_answering_what_is_left_with_503(
+    serve: Any, loop_model: LoopModel
+) -> None:
+    # drain_timeout is far longer than the test: only the second signal can cut the drain.
+    daemon = serve(f"""
+[server]
+drain_timeout = "10m"
+
+[[models]]
+name = "slow"
+path = "{loop_model.path}"
+""")
+    trips = loop_model.trips_for(2.0)
+    with httpx.Client(base_url=daemon.url, timeout=120) as client, \
+            ThreadPoolExecutor(3) as pool:
+        warm = client.post("/v2/models/slow/infer", json=loop_request(1))
+        assert warm.status_code == 200, warm.text
+        running = pool.submit(client.post, "/v2/models/slow/infer", json=loop_request(trips))
+        wait_for_status(client, "slow", lambda m: m["in_flight"] == 1)
+        queued = [pool.submit(client.post, "/v2/models/slow/infer", json=loop_request(trips))
+                  for _ in range(2)]
+        wait_for_status(client, "slow", lambda m: m["in_flight"] == 3)
+
+        mark = daemon.mark()
+        daemon.signal(signal.SIGTERM)
+        daemon.wait_for_log(r"shutdown_requested signal=SIGTERM", start=mark)
+        daemon.signal(signal.SIGINT)
+        daemon.wait_for_log(r"shutdown_forced signal=SIGINT", start=mark)
+        responses = [running.result(), *(future.result() for future in queued)]
+    exit_code = daemon.wait()
+
+    for response in responses:
+        assert response.status_code == 503, response.text
+        assert response.json() == {"error": "the server shut down before this request finished"}
+        assert response.headers["retry-after"] == "1"
+    assert exit_code == 0
+    assert "server_stopped" in "\n".join(daemon.lines[mark:])
+    assert "Traceback" not in daemon.log()
