@@ -7,10 +7,13 @@ import sys
 from collections.abc import Sequence
 
 from snoozeml import __version__
-from snoozeml.cli import pull, scan, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here, inside main's KeyboardInterrupt guard: Ctrl-C during the first imports
+    # must not print a traceback.
+    from snoozeml.cli import pull, scan, serve
+
     parser = argparse.ArgumentParser(
         prog="snooze",
         description="SnoozeML: multi-model inference that scales idle models to zero.",
@@ -24,9 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         code: int = args.handler(args)
     except KeyboardInterrupt:
         return 130
