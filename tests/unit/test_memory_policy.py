@@ -780,14 +780,21 @@ def test_a_freshly_loaded_model_is_not_evicted_before_the_request_that_loaded_it
     first, second = models
 
     async def scenario() -> None:
-        first_lease = asyncio.create_task(first.acquire())
-        second_lease = asyncio.create_task(second.acquire())
-        await asyncio.wait_for(first_lease, 30)  # guards against the ping-pong, not timing
-        assert first.in_flight == 1
-        assert second.state.value == "LOADING"  # waiting for the first's lease to end
-        first.release()
-        await asyncio.wait_for(second_lease, 30)
-        second.release()
+        leases = {asyncio.create_task(model.acquire()): model for model in models}
+        # Either load may reach the device first (each reads its files on the loader threads
+        # before asking for memory); the other waits for the winner's lease to end.
+        # The timeouts guard against the ping-pong, not timing.
+        done, pending = await asyncio.wait(leases, timeout=30,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1
+        (winner_lease,), (other_lease,) = done, pending
+        winner, other = leases[winner_lease], leases[other_lease]
+        winner_lease.result()
+        assert winner.in_flight == 1
+        assert other.state.value == "LOADING"  # waiting for the winner's lease to end
+        winner.release()
+        await asyncio.wait_for(other_lease, 30)
+        other.release()
         await asyncio.gather(*(m.unload("shutdown") for m in models))
 
     try:
