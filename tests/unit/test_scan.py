@@ -416,6 +416,7 @@ def test_parse_reference(text: str, revision: str | None,
 
 @pytest.mark.parametrize(("text", "revision"), [
     ("org/name@v1", "v2"), ("org/name@", None), ("a/b/c", None), ("org/na--me", None),
+    ("org/name", ""), ("org/name", "  "),
 ])
 def test_parse_reference_refuses(text: str, revision: str | None) -> None:
     with pytest.raises(InvalidReference):

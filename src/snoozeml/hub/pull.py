@@ -69,6 +69,8 @@ def parse_reference(text: str, revision: str | None = None) -> tuple[str, str | 
     repo_id, at, ref = text.partition("@")
     if at and not ref:
         raise InvalidReference(f"{text!r}: nothing after '@' (expected ORG/NAME@REVISION)")
+    if revision is not None and not revision.strip():
+        raise InvalidReference("--revision is empty (give a branch, tag or commit)")
     if at and revision is not None and revision != ref:
         raise InvalidReference(f"two revisions given: @{ref} and --revision {revision}")
     try:
