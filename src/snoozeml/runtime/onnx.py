@@ -83,6 +83,8 @@ class OnnxInstance:
         """String tensors become str here, before queueing: onnxruntime wants str objects (it
         would turn bytes into their repr), and bytes that are not UTF-8 fail this request alone
         with a 400 instead of the whole batch with a 500."""
+        if self._bf16 and self._string_inputs:
+            raise Unsupported(_BF16_WITH_STRINGS)
         for name in self._string_inputs & inputs.keys():
             inputs[name] = _as_str_array(inputs[name], name)
 
@@ -104,10 +106,7 @@ class OnnxInstance:
         self, feed: dict[str, np.ndarray], names: list[str]
     ) -> dict[str, np.ndarray]:
         if self._string_inputs:
-            raise Unsupported(
-                "this model has both BF16 and string inputs, which onnxruntime's Python API "
-                "cannot feed in one run"
-            )
+            raise Unsupported(_BF16_WITH_STRINGS)
         values = {
             name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
                 np.ascontiguousarray(array), _ONNX_BFLOAT16
@@ -124,6 +123,10 @@ class OnnxInstance:
 
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+_BF16_WITH_STRINGS = (
+    "this model has both BF16 tensors and string inputs, which onnxruntime's Python API cannot "
+    "feed in one run"
+)
 
 
 def _to_numpy(value: ort.OrtValue) -> np.ndarray:
