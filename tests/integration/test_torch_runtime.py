@@ -7,6 +7,7 @@ real torch and transformers; every served answer comes from a real `snooze serve
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import textwrap
@@ -305,8 +306,9 @@ def ids(name: str, rows: list[list[int]]) -> dict[str, Any]:
      "token id outside [0, 30522)"),
     ([ids("input_ids", [[101] * 513]), ids("attention_mask", [[1] * 513])],
      "has 513 tokens; the model takes at most 512"),
-    ([{"name": "text", "shape": [0], "datatype": "BYTES", "data": []}],
-     "input 'text' needs at least one string"),
+    ([ids("input_ids", [[101, 102]]), ids("attention_mask", [[1, 1]]),
+      ids("token_type_ids", [[0, 5]])],
+     "input 'token_type_ids' holds a type id outside [0, 2)"),
     ([{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hi"]},
       ids("input_ids", [[101, 102]]), ids("attention_mask", [[1, 1]])],
      "send either 'text' or token ids, not both"),
@@ -318,6 +320,42 @@ def test_token_inputs_the_model_would_fail_on_get_400_before_queueing(
 
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]
+
+
+@pytest.mark.parametrize("inputs", [
+    [{"name": "text", "shape": [0], "datatype": "BYTES", "data": []}],
+    [{"name": "input_ids", "shape": [0, 4], "datatype": "INT64", "data": []},
+     {"name": "attention_mask", "shape": [0, 4], "datatype": "INT64", "data": []}],
+], ids=["text", "token-ids"])
+def test_a_request_with_no_rows_gets_empty_outputs(
+    served: Served, inputs: list[dict[str, Any]]
+) -> None:
+    response = served.client.post("/v2/models/minilm/infer", json={"inputs": inputs})
+
+    assert response.status_code == 200, response.text
+    outputs = {o["name"]: o for o in response.json()["outputs"]}
+    assert outputs["embedding"]["shape"] == [0, 384]
+    assert outputs["embedding"]["data"] == []
+    assert outputs["last_hidden_state"]["shape"][0] == 0
+
+
+def test_text_that_is_not_utf8_is_a_400_and_its_batch_neighbours_are_served(
+    served: Served,
+) -> None:
+    bad = b"\xff\xfe abc"
+    header = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": 4 + len(bad)}}]}).encode()
+    content = header + len(bad).to_bytes(4, "little") + bad
+
+    response = served.client.post("/v2/models/minilm/infer", content=content,
+                                  headers={"Inference-Header-Content-Length": str(len(header))})
+
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == (
+        "input 'text': element 0 is not valid UTF-8 (invalid start byte at byte 0)")
+    good = served.client.post("/v2/models/minilm/infer", json={"inputs": [
+        {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["abc"]}]})
+    assert good.status_code == 200, good.text
 
 
 def test_minilm_token_ids_give_the_same_embeddings_as_text(
@@ -555,6 +593,14 @@ device = "cpu"
 [[models]]
 name = "mlp-onnx"
 path = "mlp.onnx"
+
+[[models]]
+name = "hf-missing"
+path = "hf-missing"
+
+[[models]]
+name = "hf-shapes"
+path = "hf-shapes"
 """
 
 # model -> what its load error must say
@@ -567,6 +613,9 @@ LOAD_FAILURES = {
     "not-a-module": "notamodule:build returned int, not a torch.nn.Module",
     "no-config": "has no config.json",
     "no-tokenizer": "tokenize = true but",
+    # transformers would fill these with random weights, and only warn.
+    "hf-missing": "do not match its config.json: missing encoder.layer.1.",
+    "hf-shapes": "shapes differ (weights vs config) for encoder.layer.0.intermediate.dense.bias",
 }
 
 
@@ -595,6 +644,15 @@ def failing(module_serve: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     (folder / "no-config").mkdir()
     safetensors.torch.save_file(module.state_dict(), str(folder / "no-config" / "x.safetensors"))
     write_mlp(folder / "mlp.onnx")
+    for name in ("hf-missing", "hf-shapes"):
+        shutil.copytree(folder / "bert", folder / name)
+    weights = folder / "hf-missing" / "model.safetensors"
+    kept = {k: v for k, v in safetensors.torch.load_file(str(weights)).items()
+            if not k.startswith("encoder.layer.1.")}
+    safetensors.torch.save_file(kept, str(weights), metadata={"format": "pt"})
+    config = json.loads((folder / "hf-shapes" / "config.json").read_text())
+    config["intermediate_size"] += 8
+    (folder / "hf-shapes" / "config.json").write_text(json.dumps(config))
     daemon = module_serve(FAILING_CONFIG, directory=folder)
     with httpx.Client(base_url=daemon.url, timeout=120) as client:
         yield Failing(daemon, client, bert, folder)

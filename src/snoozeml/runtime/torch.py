@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from snoozeml.config import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.engine.probes import drop_attribute_blocking
 from snoozeml.errors import InvalidInput
+from snoozeml.logs import log_event
 
 try:
     import torch
@@ -102,9 +104,14 @@ class HuggingFaceInstance:
         self.task, cls = _model_class(folder, spec.task)
         self.device = torch_device(spec.device)
         dtype = _DTYPES[spec.dtype]
-        self.model = cls.from_pretrained(
-            str(folder), local_files_only=True, use_safetensors=True, **_dtype_kwarg(dtype)
-        ).to(self.device).eval()
+        # transformers fills missing or mis-shaped weights with random values and only warns;
+        # a model serving noise must be FAILED instead, naming what did not match.
+        model, info = cls.from_pretrained(
+            str(folder), local_files_only=True, use_safetensors=True, output_loading_info=True,
+            ignore_mismatched_sizes=True, **_dtype_kwarg(dtype)
+        )
+        _check_loading_info(folder, info)
+        self.model = model.to(self.device).eval()
         _page_in(self.model)
         self.pooling = spec.pooling
         self.normalize = spec.normalize
@@ -166,8 +173,9 @@ class HuggingFaceInstance:
             extra = sorted(set(inputs) - {"text"})
             if extra:
                 raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
-            if inputs["text"].ndim != 1 or inputs["text"].shape[0] == 0:
-                raise InvalidInput("input 'text' needs at least one string (shape [rows])")
+            if inputs["text"].ndim != 1:
+                raise InvalidInput("input 'text' takes one string per row (shape [rows])")
+            inputs["text"] = _texts(inputs["text"])
             return
         if self.task == "image-classification":
             return
@@ -176,7 +184,7 @@ class HuggingFaceInstance:
             if name in inputs and inputs[name].shape != shape:
                 raise InvalidInput(f"input {name!r} has shape {list(inputs[name].shape)}; it "
                                    f"must match input_ids {list(shape)}")
-        if shape[1] == 0:
+        if shape[1] == 0 and shape[0] > 0:
             raise InvalidInput("input 'input_ids' has no tokens")
         positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         if positions and shape[1] > positions:
@@ -186,6 +194,10 @@ class HuggingFaceInstance:
         ids = inputs["input_ids"]
         if vocab and ids.size and (ids.min() < 0 or ids.max() >= vocab):
             raise InvalidInput(f"input 'input_ids' holds a token id outside [0, {vocab})")
+        types = inputs.get("token_type_ids")
+        kinds = int(getattr(self.model.config, "type_vocab_size", 0) or 0)
+        if types is not None and kinds and types.size and (types.min() < 0 or types.max() >= kinds):
+            raise InvalidInput(f"input 'token_type_ids' holds a type id outside [0, {kinds})")
 
     # --- running --------------------------------------------------------------------------
 
@@ -202,8 +214,16 @@ class HuggingFaceInstance:
             feeds = {k: np.concatenate([r[k] for r in requests]) for k in requests[0]}
             lengths = [r[next(iter(r))].shape[-1] if r else 0 for r in requests]
         rows = [next(iter(r.values())).shape[0] for r in requests]
-        results = self._forward(feeds)
         wanted = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
+        if not any(rows):  # nothing to run: each request gets its empty outputs
+            specs = {s.name: s for s in self._metadata.outputs}
+            return [
+                {name: np.zeros((0, *(length if d < 0 else d for d in specs[name].shape[1:])),
+                                dtype=np.float32)
+                 for name in wanted}
+                for length in lengths
+            ]
+        results = self._forward(feeds)
         parts: list[Arrays] = []
         start = 0
         for count, length in zip(rows, lengths, strict=True):
@@ -223,9 +243,7 @@ class HuggingFaceInstance:
         flat: list[str] = []
         lengths: list[int] = []
         for array in texts:
-            batch = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                     for v in array.reshape(-1)]
-            flat.extend(batch)
+            flat.extend(str(v) for v in _texts(array).reshape(-1))
             lengths.append(0)
         encodings = self.tokenizer.encode_batch(flat)
         longest = max((len(e.ids) for e in encodings), default=0)
@@ -320,7 +338,9 @@ class StateDictInstance:
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
         args = []
         for spec in self._metadata.inputs:
-            tensor = torch.from_numpy(np.ascontiguousarray(inputs[spec.name])).to(self.device)
+            # Writable (binary inputs are read-only views of the body, which torch warns about).
+            array = np.require(inputs[spec.name], requirements=["C", "W"])
+            tensor = torch.from_numpy(array).to(self.device)
             if tensor.is_floating_point():
                 tensor = tensor.to(self.dtype)
             args.append(tensor)
@@ -338,10 +358,7 @@ class StateDictInstance:
                                "declared")
         produced: Arrays = {}
         for spec, value in zip(self._metadata.outputs, values, strict=True):
-            array = value.detach().cpu()
-            if array.is_floating_point() and spec.datatype in ("FP32", "FP64"):
-                array = array.to(torch.float32 if spec.datatype == "FP32" else torch.float64)
-            produced[spec.name] = array.numpy()
+            produced[spec.name] = _as_declared(spec, value.detach().cpu())
         wanted = outputs or names
         return {n: produced[n] for n in wanted}
 
@@ -349,6 +366,52 @@ class StateDictInstance:
         drop_attribute_blocking(self, "model")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _as_declared(spec: TensorSpec, tensor: Any) -> np.ndarray:
+    """An output in the datatype and rank its declaration promises clients."""
+    if len(tensor.shape) != len(spec.shape):
+        raise RuntimeError(f"output {spec.name!r} has shape {list(tensor.shape)}; it is declared "
+                           f"as {list(spec.shape)}")
+    if spec.datatype == "BF16":
+        return np.asarray(tensor.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
+    return np.asarray(tensor.numpy().astype(OIP_TO_NUMPY[spec.datatype], copy=False))
+
+
+def _texts(array: np.ndarray) -> np.ndarray:
+    """BYTES elements as str; bytes that are not UTF-8 are this request's 400."""
+    flat = array.reshape(-1)
+    if all(type(v) is str for v in flat):
+        return array
+    strings = np.empty(flat.shape[0], dtype=object)
+    for i, value in enumerate(flat):
+        try:
+            strings[i] = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(
+                f"input 'text': element {i} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            ) from None
+    return strings.reshape(array.shape)
+
+
+def _check_loading_info(folder: Path, info: dict[str, Any]) -> None:
+    def some(keys: Sequence[Any]) -> str:
+        shown = ", ".join(str(k) for k in list(keys)[:5])
+        return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+    problems = []
+    if info.get("missing_keys"):
+        problems.append(f"missing {some(sorted(info['missing_keys']))}")
+    if info.get("mismatched_keys"):
+        shapes = [f"{key} {list(saved)} vs {list(wanted)}"
+                  for key, saved, wanted in sorted(info["mismatched_keys"])]
+        problems.append(f"shapes differ (weights vs config) for {some(shapes)}")
+    if problems:
+        raise RuntimeError(f"the weights in {folder} do not match its config.json: "
+                           + "; ".join(problems))
+    if info.get("unexpected_keys"):
+        log_event("weights_unused", logging.WARNING, path=folder,
+                  keys=some(sorted(info["unexpected_keys"])))
 
 
 def _page_in(model: torch.nn.Module) -> None:
