@@ -601,6 +601,12 @@ path = "hf-missing"
 [[models]]
 name = "hf-shapes"
 path = "hf-shapes"
+""" + f"""
+[[models]]
+name = "no-room"
+path = "{MINILM}"
+tokenize = true
+max_length = 2
 """
 
 # model -> what its load error must say
@@ -616,6 +622,7 @@ LOAD_FAILURES = {
     # transformers would fill these with random weights, and only warn.
     "hf-missing": "do not match its config.json: missing encoder.layer.1.",
     "hf-shapes": "shapes differ (weights vs config) for encoder.layer.0.intermediate.dense.bias",
+    "no-room": "max_length = 2 leaves no room for text: the tokenizer adds 2 special tokens",
 }
 
 

@@ -125,6 +125,13 @@ class HuggingFaceInstance:
                 raise RuntimeError(f"tokenize = true but {tokenizer_file} does not exist")
             Tokenizer = _require("tokenizers").Tokenizer
             self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            processor = self.tokenizer.post_processor
+            specials = processor.num_special_tokens_to_add(False) if processor else 0
+            if self.max_length <= specials:
+                # The tokenizer can't truncate below its own special tokens: it would not
+                # truncate at all, and long texts would fail on every request.
+                raise RuntimeError(f"max_length = {spec.max_length} leaves no room for text: the "
+                                   f"tokenizer adds {specials} special tokens to each")
             self.tokenizer.no_padding()
             self.tokenizer.enable_truncation(max_length=self.max_length)
         self._metadata = self._describe(spec.name)
