@@ -22,21 +22,21 @@ from snoozeml.logs import log_event
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _load_malloc_trim() -> Callable[[int], int] | None:
+def _glibc(function: str, *argtypes: Any) -> Callable[..., int] | None:
+    """A glibc function, or None where the C library is not glibc (musl, macOS)."""
     name = ctypes.util.find_library("c")
     if not name:
         return None
     try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
+        found = getattr(ctypes.CDLL(name), function)
     except (OSError, AttributeError):
-        return None  # not glibc (musl, macOS): nothing to call
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return cast("Callable[[int], int]", trim)
+        return None
+    found.argtypes = list(argtypes)
+    found.restype = ctypes.c_int
+    return cast("Callable[..., int]", found)
 
 
-_MALLOC_TRIM = _load_malloc_trim()
+_MALLOC_TRIM = _glibc("malloc_trim", ctypes.c_size_t)
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 
@@ -49,16 +49,8 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     before the threads start; returns whether the cap was set."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False  # not glibc
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, arenas))
+    mallopt = _glibc("mallopt", ctypes.c_int, ctypes.c_int)
+    return mallopt is not None and bool(mallopt(_M_ARENA_MAX, arenas))
 
 
 def process_rss() -> int:

@@ -9,6 +9,7 @@ import numpy as np
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
+from snoozeml.errors import InvalidInput
 
 
 class Instance(Protocol):
@@ -26,6 +27,22 @@ class Instance(Protocol):
 
 class Backend(Protocol):
     def load_blocking(self, spec: ModelConfig) -> Instance: ...
+
+
+def utf8_strings(array: np.ndarray, name: str) -> np.ndarray:
+    """A BYTES tensor as str objects, for runtimes that take text; an element that is not
+    UTF-8 is this request's 400. Returns `array` itself when it already holds only str."""
+    flat = array.reshape(-1)
+    if all(type(v) is str for v in flat):
+        return array
+    strings = np.empty(flat.shape[0], dtype=object)
+    for i, value in enumerate(flat):
+        try:
+            strings[i] = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"input {name!r}: element {i} is not valid UTF-8 "
+                               f"({exc.reason} at byte {exc.start})") from None
+    return strings.reshape(array.shape)
 
 
 def prepare_blocking(backend: Backend, spec: ModelConfig) -> None:

@@ -17,8 +17,9 @@ import onnxruntime as ort
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
 from snoozeml.engine.probes import drop_attribute_blocking
-from snoozeml.errors import InvalidInput, Unsupported
+from snoozeml.errors import Unsupported
 from snoozeml.logs import log_event
+from snoozeml.runtime.base import utf8_strings
 
 PLATFORM = "onnxruntime_onnx"
 
@@ -86,7 +87,7 @@ class OnnxInstance:
         if self._bf16 and self._string_inputs:
             raise Unsupported(_BF16_WITH_STRINGS)
         for name in self._string_inputs & inputs.keys():
-            inputs[name] = _as_str_array(inputs[name], name)
+            inputs[name] = utf8_strings(inputs[name], name)
 
     def run_blocking(
         self, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
@@ -95,7 +96,7 @@ class OnnxInstance:
         if self._string_inputs:
             feed = dict(inputs)
             for name in self._string_inputs & feed.keys():
-                feed[name] = _as_str_array(feed[name], name)
+                feed[name] = utf8_strings(feed[name], name)
         names = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
         if self._bf16:
             return self._run_ort_values(feed, names)
@@ -140,22 +141,6 @@ def _to_numpy(value: ort.OrtValue) -> np.ndarray:
         return np.zeros(shape, dtype=np.uint16)
     bits = (ctypes.c_uint16 * count).from_address(value.data_ptr())
     return np.frombuffer(bits, dtype=np.uint16).copy().reshape(shape)
-
-
-def _as_str_array(array: np.ndarray, name: str) -> np.ndarray:
-    flat = array.reshape(-1)
-    if all(type(v) is str for v in flat):
-        return array
-    try:
-        strings = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in flat]
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(
-            f"input {name!r}: element is not valid UTF-8 ({exc.reason} at byte {exc.start}); "
-            "this model's string input needs text"
-        ) from None
-    converted = np.empty(len(strings), dtype=object)
-    converted[:] = strings
-    return converted.reshape(array.shape)
 
 
 class OnnxBackend:

@@ -26,6 +26,7 @@ from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.engine.probes import drop_attribute_blocking
 from snoozeml.errors import InvalidInput
 from snoozeml.logs import log_event
+from snoozeml.runtime.base import utf8_strings
 
 try:
     import torch
@@ -182,7 +183,7 @@ class HuggingFaceInstance:
                 raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
             if inputs["text"].ndim != 1:
                 raise InvalidInput("input 'text' takes one string per row (shape [rows])")
-            inputs["text"] = _texts(inputs["text"])
+            inputs["text"] = utf8_strings(inputs["text"], "text")
             return
         if self.task == "image-classification":
             return
@@ -250,7 +251,7 @@ class HuggingFaceInstance:
         flat: list[str] = []
         lengths: list[int] = []
         for array in texts:
-            flat.extend(str(v) for v in _texts(array).reshape(-1))
+            flat.extend(str(v) for v in utf8_strings(array, "text").reshape(-1))
             lengths.append(0)
         encodings = self.tokenizer.encode_batch(flat)
         longest = max((len(e.ids) for e in encodings), default=0)
@@ -383,22 +384,6 @@ def _as_declared(spec: TensorSpec, tensor: Any) -> np.ndarray:
     if spec.datatype == "BF16":
         return np.asarray(tensor.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
     return np.asarray(tensor.numpy().astype(OIP_TO_NUMPY[spec.datatype], copy=False))
-
-
-def _texts(array: np.ndarray) -> np.ndarray:
-    """BYTES elements as str; bytes that are not UTF-8 are this request's 400."""
-    flat = array.reshape(-1)
-    if all(type(v) is str for v in flat):
-        return array
-    strings = np.empty(flat.shape[0], dtype=object)
-    for i, value in enumerate(flat):
-        try:
-            strings[i] = value.decode("utf-8") if isinstance(value, bytes) else str(value)
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(
-                f"input 'text': element {i} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
-            ) from None
-    return strings.reshape(array.shape)
 
 
 def _check_loading_info(folder: Path, info: dict[str, Any]) -> None:
