@@ -147,6 +147,14 @@ path = "mlp/weights.safetensors"
 module = "mymodel:build"
 inputs = [{{ name = "x", datatype = "FP32", shape = [-1, 8] }}]
 outputs = [{{ name = "y", datatype = "FP32", shape = [-1, 3] }}]
+
+[[models]]
+name = "mlp-state-dict-bf16"
+path = "mlp/weights.safetensors"
+module = "mymodel:build"
+dtype = "bfloat16"
+inputs = [{{ name = "x", datatype = "FP32", shape = [-1, 8] }}]
+outputs = [{{ name = "y", datatype = "FP32", shape = [-1, 3] }}]
 """
 
 
@@ -435,6 +443,24 @@ def test_state_dict_with_module_factory_serves_the_module_outputs(served: Served
     assert metadata["platform"] == "pytorch_safetensors"
     assert metadata["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}]
     assert metadata["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]
+
+
+def test_a_state_dict_run_in_bfloat16_answers_its_declared_fp32(served: Served) -> None:
+    x = np.random.default_rng(11).standard_normal((2, 8)).astype(np.float32)
+
+    response = served.client.post("/v2/models/mlp-state-dict-bf16/infer", json={"inputs": [
+        {"name": "x", "shape": [2, 8], "datatype": "FP32", "data": x.reshape(-1).tolist()}]})
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["outputs"][0]["datatype"] == "FP32"
+    module = served.state_dict.to(torch.bfloat16)
+    try:
+        with torch.inference_mode():
+            expected = module(torch.from_numpy(x).to(torch.bfloat16)).float().numpy()
+    finally:
+        served.state_dict.to(torch.float32)
+    np.testing.assert_allclose(output(body, "y"), expected, atol=1e-6)
 
 
 def test_image_classifier_serves_the_in_process_logits_for_pixel_values(served: Served) -> None:

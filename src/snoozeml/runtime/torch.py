@@ -383,6 +383,8 @@ def _as_declared(spec: TensorSpec, tensor: Any) -> np.ndarray:
                            f"as {list(spec.shape)}")
     if spec.datatype == "BF16":
         return np.asarray(tensor.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
+    if tensor.dtype in (torch.bfloat16, torch.float16):
+        tensor = tensor.float()  # numpy has no bfloat16; float32 holds both exactly
     return np.asarray(tensor.numpy().astype(OIP_TO_NUMPY[spec.datatype], copy=False))
 
 
