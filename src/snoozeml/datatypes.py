@@ -56,7 +56,7 @@ class TensorSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelMetadata:
-    """What the model's session says about itself.
+    """What the model's session says about itself (and, once served, its `versions`).
 
     `input_sets`, when given, lists the alternative sets of inputs a request may send (e.g.
     `text` or `input_ids` + `attention_mask`); otherwise every non-optional input is required.
@@ -67,6 +67,7 @@ class ModelMetadata:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     input_sets: tuple[tuple[str, ...], ...] = ()
+    versions: tuple[str, ...] = ()  # filled by the engine: the repository's, not the file's
 
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)

@@ -92,3 +92,9 @@ class MemoryExhausted(Unavailable):
 
 class BackendError(SnoozeError):
     """The backend raised while running a request. The daemon keeps serving."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`Type: message` for an exception that is not one of ours (logs, 500 bodies)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

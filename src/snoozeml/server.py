@@ -15,11 +15,15 @@ import socket
 import grpc
 import uvicorn
 
+from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.fastpath import InferenceRoute
 from snoozeml.api.grpc import create_grpc_server
 from snoozeml.api.rest import create_app
 from snoozeml.config import Config
-from snoozeml.engine.manager import InferenceService, ModelManager
+from snoozeml.engine.eventlog import log_engine_event
+from snoozeml.engine.events import EventBus
+from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.service import InferenceService
 from snoozeml.logs import log_event
 
 
@@ -38,16 +42,21 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class Daemon:
-    """One SnoozeML process: the model manager, the service facade and the listeners."""
+    """One SnoozeML process: the event bus and its subscribers, the model manager, the service
+    facade, the request boundary and the listeners."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.manager = ModelManager(config)
+        self.events = EventBus()
+        self.events.subscribe(log_engine_event)
+        # Metrics, the dashboard's recent events and the autoscaler subscribe here too.
+        self.manager = ModelManager(config, self.events)
         self.service = InferenceService(self.manager)
+        self.boundary = RequestBoundary(self.events)
         server = config.server
         app = InferenceRoute(
-            create_app(self.service, server.max_request_size), self.service,
-            server.max_request_size,
+            create_app(self.service, self.boundary, server.max_request_size), self.service,
+            self.boundary, server.max_request_size,
         )
         self._http = uvicorn.Server(uvicorn.Config(
             app,
@@ -109,7 +118,8 @@ class Daemon:
                           error=exc.strerror or str(exc))
                 return 1
         # grpc.aio binds to the running loop when created, so it is built here.
-        self._grpc = grpc_server = create_grpc_server(self.service, server.grpc_max_message_size)
+        self._grpc = grpc_server = create_grpc_server(self.service, self.boundary,
+                                                     server.grpc_max_message_size)
         try:
             self.grpc_port = grpc_server.add_insecure_port(_grpc_address(server.host,
                                                                         server.grpc_port))

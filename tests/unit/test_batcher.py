@@ -1,44 +1,174 @@
-"""The Batcher loop in-process, on a real onnxruntime instance of a tiny MLP."""
+"""The Batcher loop in-process, on real onnxruntime instances of tiny models: what it answers,
+and the events it publishes instead of counting."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import weakref
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
-from onnx_models import write_mlp
+from onnx_models import write_mlp, write_run_failure_model
 
 from snoozeml.config import ModelConfig
-from snoozeml.engine.batching import Batcher, BatchPolicy, BatchStats
+from snoozeml.engine.batcher import Batcher, BatcherHooks
+from snoozeml.engine.batching import BatchPolicy
+from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
+from snoozeml.errors import BackendError
+from snoozeml.errors import QueueFull as QueueFullError
+from snoozeml.runtime.base import Instance
 from snoozeml.runtime.onnx import OnnxBackend
+
+T = TypeVar("T")
+
+
+def instance_of(path: Path) -> Instance:
+    return OnnxBackend().load_blocking(
+        ModelConfig(name=path.stem, path=path, format="onnx", device="cpu")
+    )
+
+
+class Owner:
+    """What a replica set gives its batchers, recording what the batcher tells it."""
+
+    def __init__(self) -> None:
+        self.unsplittable: list[str] = []
+        self.oom: list[BaseException] = []
+
+    def hooks(self) -> BatcherHooks:
+        async def relieve(exc: BaseException) -> None:
+            self.oom.append(exc)
+
+        return BatcherHooks(lambda exc: False, relieve, self.unsplittable.append)
+
+
+@contextmanager
+def events_seen(bus: EventBus) -> Iterator[list[EngineEvent]]:
+    seen: list[EngineEvent] = []
+    unsubscribe = bus.subscribe(seen.append)
+    try:
+        yield seen
+    finally:
+        unsubscribe()
+
+
+def with_batcher(
+    instance: Instance, policy: BatchPolicy, body: Callable[[Batcher, EventBus], Awaitable[T]],
+    owner: Owner | None = None,
+) -> T:
+    async def scenario() -> T:
+        worker = ThreadPoolExecutor(1)
+        bus = EventBus()
+        batcher = Batcher("m", 0, instance, worker, policy, bus, (owner or Owner()).hooks())
+        batcher.start()
+        try:
+            return await body(batcher, bus)
+        finally:
+            await batcher.stop()
+            worker.shutdown()
+
+    return asyncio.run(scenario())
 
 
 def test_a_request_with_a_timeout_is_released_once_answered(tmp_path: Path) -> None:
     # The timer that answers a queue timeout must not keep a finished request (its inputs and
     # outputs) alive until the timeout would have passed: at 5,000 req/s with a 60 s timeout
     # that would be 300,000 requests held in memory.
-    path = write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
-    instance = OnnxBackend().load_blocking(
-        ModelConfig(name="mlp", path=path, format="onnx", device="cpu")
+    instance = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+
+    async def body(batcher: Batcher, bus: EventBus) -> bool:
+        x = np.ones((1, 4), dtype=np.float32)
+        alive = weakref.ref(x)
+        out = await batcher.submit({"x": x}, None, queue_timeout=3600.0)
+        assert out["y"].shape == (1, 2)
+        del x, out
+        gc.collect()
+        return alive() is None
+
+    assert with_batcher(instance, BatchPolicy(), body), "the answered request is still referenced"
+
+
+def test_each_batch_run_is_published_with_its_rows_and_each_requests_queue_wait(
+    tmp_path: Path,
+) -> None:
+    instance = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+    rows = [1, 2, 3]
+
+    async def body(batcher: Batcher, bus: EventBus) -> list[EngineEvent]:
+        with events_seen(bus) as seen:
+            # Submitted in one loop step: the batch loop sees all three at once.
+            await asyncio.gather(*(
+                batcher.submit({"x": np.ones((n, 4), np.float32)}, None) for n in rows
+            ))
+        return seen
+
+    seen = with_batcher(instance, BatchPolicy(max_batch_size=32, max_delay=0.05), body)
+    runs = [event for event in seen if isinstance(event, BatchRun)]
+    assert sum(run.rows for run in runs) == sum(rows)
+    assert sum(len(run.queue_seconds) for run in runs) == len(rows)
+    assert len(runs) == 1, runs  # one batch: the delay waited for company
+    (run,) = runs
+    assert (run.model, run.replica, run.inline) == ("m", 0, False)
+    assert all(wait >= 0 for wait in run.queue_seconds)
+    assert run.run_seconds > 0
+
+
+def test_a_full_queue_is_refused_and_published(tmp_path: Path) -> None:
+    instance = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+
+    async def body(batcher: Batcher, bus: EventBus) -> tuple[list[EngineEvent], object]:
+        x = {"x": np.ones((1, 4), np.float32)}
+        with events_seen(bus) as seen:
+            # Both start in one loop step: the first is queued (waiting max_delay for company)
+            # when the second arrives.
+            first, second = await asyncio.gather(batcher.submit(x, None),
+                                                 batcher.submit(x, None), return_exceptions=True)
+        assert isinstance(first, dict)
+        return seen, second
+
+    seen, refused = with_batcher(
+        instance, BatchPolicy(max_batch_size=32, max_delay=0.05, max_queue=1), body
     )
+    assert [e for e in seen if isinstance(e, QueueFull)] == [QueueFull("m", 1)]
+    assert isinstance(refused, QueueFullError)
+    assert "max_queue 1" in refused.message
 
-    async def scenario() -> bool:
-        worker = ThreadPoolExecutor(1)
-        batcher = Batcher("mlp", instance.run_blocking, worker, BatchPolicy(), BatchStats())
-        batcher.start()
-        try:
-            x = np.ones((1, 4), dtype=np.float32)
-            alive = weakref.ref(x)
-            out = await batcher.submit({"x": x}, None, queue_timeout=3600.0)
-            assert out["y"].shape == (1, 2)
-            del x, out
-            gc.collect()
-            return alive() is None
-        finally:
-            await batcher.stop()
-            worker.shutdown()
 
-    assert asyncio.run(scenario()), "the answered request is still referenced"
+def test_a_batch_whose_outputs_do_not_follow_its_rows_tells_the_owner_and_runs_alone(
+    tmp_path: Path,
+) -> None:
+    # Reshape(x, [3, -1]): 3 rows in give 3 rows out, but 3 + 3 rows give 3 rows, not 6.
+    instance = instance_of(write_run_failure_model(tmp_path / "reshape.onnx"))
+    owner = Owner()
+
+    async def body(batcher: Batcher, bus: EventBus) -> list[dict[str, np.ndarray]]:
+        xs = [np.full((3, 4), i, np.float32) for i in range(2)]
+        return await asyncio.gather(*(batcher.submit({"x": x}, None) for x in xs))
+
+    answers = with_batcher(instance, BatchPolicy(max_batch_size=32, max_delay=0.05), body, owner)
+    assert len(owner.unsplittable) == 1
+    assert "first dimension" in owner.unsplittable[0]
+    for i, answer in enumerate(answers):
+        np.testing.assert_array_equal(answer["y"], np.full((3, 4), i, np.float32))
+
+
+def test_a_backend_failure_is_a_backend_error_for_each_request_of_the_batch(
+    tmp_path: Path,
+) -> None:
+    instance = instance_of(write_run_failure_model(tmp_path / "reshape.onnx"))
+
+    async def body(batcher: Batcher, bus: EventBus) -> list[BaseException | dict[str, object]]:
+        x = {"x": np.ones((2, 4), np.float32)}  # 2 rows cannot be reshaped to 3
+        return await asyncio.gather(batcher.submit(x, None), batcher.submit(dict(x), None),
+                                    return_exceptions=True)
+
+    results = with_batcher(instance, BatchPolicy(max_batch_size=0), body)
+    assert all(isinstance(r, BackendError) for r in results), results
+    first, second = results
+    assert first is not second  # each request raises its own error object
+    assert "model 'm' failed to run" in str(first)

@@ -15,7 +15,6 @@ import pytest
 from snoozeml.datatypes import ModelMetadata, TensorSpec
 from snoozeml.engine.batching import (
     BatchPolicy,
-    BatchStats,
     Decision,
     Pending,
     batch_key,
@@ -438,13 +437,3 @@ def test_a_model_that_cannot_be_batched_says_why(
     inputs: list[tuple[int, ...]], outputs: list[tuple[int, ...]], reason: str
 ) -> None:
     assert batching_blocker(meta(inputs, outputs)) == reason
-
-
-# --- stats ------------------------------------------------------------------------------
-
-
-def test_stats_of_a_model_that_never_ran_have_no_means() -> None:
-    snapshot = BatchStats().snapshot()
-    assert snapshot["batches"] == 0
-    assert snapshot["mean_requests_per_batch"] is None
-    assert snapshot["mean_queue_wait_ms"] is None

@@ -14,9 +14,11 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2
 from onnx_models import write_mlp
 
+from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.grpc import HealthServicer
 from snoozeml.config import parse_config
-from snoozeml.engine.manager import InferenceService, ModelManager
+from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.service import InferenceService
 
 Status = health_pb2.HealthCheckResponse.ServingStatus
 
@@ -47,7 +49,8 @@ def test_a_drain_that_begins_during_a_write_still_sends_not_serving_before_the_e
             service = InferenceService(ModelManager(config))
             context = DrainOnFirstWrite(service)
             request = health_pb2.HealthCheckRequest(service=service_name)
-            await asyncio.wait_for(HealthServicer(service).Watch(request, context), 10)
+            servicer = HealthServicer(service, RequestBoundary(service.events))
+            await asyncio.wait_for(servicer.Watch(request, context), 10)
             sent.append(context.sent)
         return sent[0], sent[1]
 

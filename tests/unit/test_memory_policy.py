@@ -1,7 +1,7 @@
 """Memory management without a daemon: the pure policies (pick_victims, budget_bytes,
 shortfall), the admission arithmetic of MemoryManager against a fake memory probe (the one
-injected piece; GPU devices included), reactive OOM relief, and how sizes and devices are
-worked out from a model's files and config.
+injected piece; GPU devices included), and reactive OOM relief. (How backends size a
+model's files, pick its device and recognise out of memory: tests/unit/test_runtime.py.)
 
 Tenants here are small fakes of engine/model.py's Model: what the memory manager sees of a
 model (name, spec, device, bytes held, lease state) and an `unload` that records its reason.
@@ -11,30 +11,28 @@ Every scenario runs in its own event loop (asyncio.run); none waits on a clock.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-from onnx_models import write_corrupt_model, write_mlp
+from onnx_models import write_mlp
 
 from snoozeml.config import MemoryConfig, ModelConfig, ServerConfig
+from snoozeml.engine.events import EventBus, ModelIdle
 from snoozeml.engine.memory import (
-    FileSizes,
     MemoryManager,
     Resident,
     budget_bytes,
-    file_sizes_blocking,
     pick_victims,
     shortfall,
 )
+from snoozeml.engine.snapshots import DeviceSnapshot
+from snoozeml.engine.stats import Counters
 from snoozeml.errors import MemoryExhausted, ModelTooLarge
-from snoozeml.runtime.base import is_out_of_memory, memory_device
+from snoozeml.runtime.base import FileSizes
 
 GiB = 2**30
 T = TypeVar("T")
@@ -244,14 +242,43 @@ def manager_for(
     settings.update(memory)
     server = ServerConfig(memory=MemoryConfig(**settings))
     roster = tenants if isinstance(tenants, list) else list(tenants)
-    return MemoryManager(server, probe or FakeProbe(host_total=10_000), lambda: roster,
-                         clock=lambda: clock)
+    bus = EventBus()
+    manager = MemoryManager(server, probe or FakeProbe(host_total=10_000), lambda: roster, bus,
+                            clock=lambda: clock)
+    _watch(manager, bus)
+    return manager
+
+
+class Watched:
+    """The bus a manager publishes on, and the evictions it reported there (counted by the
+    same subscriber that feeds /admin/status)."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+        self.counters = Counters([])
+        bus.subscribe(self.counters)
+
+
+_WATCHED: weakref.WeakKeyDictionary[MemoryManager, Watched] = weakref.WeakKeyDictionary()
+
+
+def _watch(manager: MemoryManager, bus: EventBus) -> None:
+    _WATCHED[manager] = Watched(bus)
+
+
+def evictions(manager: MemoryManager) -> dict[str, int]:
+    return _WATCHED[manager].counters.evictions
+
+
+def lease_ended(manager: MemoryManager, tenant: FakeTenant) -> None:
+    """What a model publishes when its last lease ends (Model._release)."""
+    _WATCHED[manager].bus.publish(ModelIdle(tenant.name))
 
 
 async def admit(manager: MemoryManager, tenant: FakeTenant, resident: int,
                 transient: int = 0) -> None:
     """Pass admission for a load and 'load': the tenant then holds `resident` bytes."""
-    async with manager.admission(tenant, resident, transient):
+    async with manager.admission(tenant.name, tenant.device, resident, transient):
         pass
     tenant.size = resident
     tenant.loaded = True
@@ -282,7 +309,7 @@ def test_a_model_on_a_device_without_a_budget_counts_against_the_host() -> None:
     on_mps = FakeTenant("mac", 200, device="mps")
     on_gpu = FakeTenant("gpu", 100, device="cuda:0")
     manager = manager_for([on_missing_gpu, on_mps, on_gpu], GPU_PROBE)
-    assert manager.device_of(on_missing_gpu) == "cpu"
+    assert manager.device_key(on_missing_gpu.device) == "cpu"
     assert manager.used("cpu") == 500
     assert manager.used("cuda:0") == 100
     assert manager.used("cuda:1") == 0
@@ -305,7 +332,7 @@ def test_a_load_that_fits_is_admitted_without_evicting_anyone() -> None:
     run(admit(manager, new, resident=350, transient=250))  # 400 + 600 = 1000: an exact fit
 
     assert old.unloads == []
-    assert manager.evictions == {}
+    assert evictions(manager) == {}
 
 
 def test_admission_reserves_the_load_peak_while_the_load_runs() -> None:
@@ -313,12 +340,12 @@ def test_admission_reserves_the_load_peak_while_the_load_runs() -> None:
     manager = manager_for([new])
 
     async def scenario() -> list[object]:
-        async with manager.admission(new, 300, 200):
-            return [manager.reserved("cpu"), manager.status()[0]["reserved_bytes"]]
+        async with manager.admission(new.name, new.device, 300, 200):
+            return [manager.reserved("cpu"), manager.snapshot()[0].reserved_bytes]
 
     assert run(scenario()) == [500, 500]
     assert manager.reserved("cpu") == 0
-    assert manager.status()[0]["reserved_bytes"] == 0
+    assert manager.snapshot()[0].reserved_bytes == 0
 
 
 def test_the_load_peak_not_only_the_resident_size_must_fit() -> None:
@@ -343,7 +370,7 @@ def test_the_least_recently_used_idle_model_on_the_device_is_evicted() -> None:
 
     assert oldest.unloads == ["memory_pressure"]
     assert recent.unloads == middle.unloads == []
-    assert manager.evictions == {"memory_pressure": 1}
+    assert evictions(manager) == {"memory_pressure": 1}
     assert manager.used("cpu") == 800
 
 
@@ -355,7 +382,7 @@ def test_as_many_models_are_evicted_as_the_load_needs_oldest_first() -> None:
     run(admit(manager, new, resident=300, transient=200))  # needs 500 of the 1000 held
 
     assert [t.name for t in tenants if t.unloads] == ["m0", "m1"]
-    assert manager.evictions == {"memory_pressure": 2}
+    assert evictions(manager) == {"memory_pressure": 2}
 
 
 def test_the_churn_guard_spares_a_just_loaded_model_while_an_older_one_can_go() -> None:
@@ -417,7 +444,7 @@ def test_a_model_larger_than_the_whole_budget_is_too_large_and_evicts_nobody() -
     assert "600B resident" in message
     assert "budget is 1000B" in message
     assert idle.unloads == []
-    assert manager.evictions == {}
+    assert evictions(manager) == {}
 
 
 def test_a_gpu_model_too_large_for_its_gpu_names_that_gpu() -> None:
@@ -464,7 +491,7 @@ def test_admission_waits_for_a_lease_to_end_and_then_evicts_the_model() -> None:
         assert not load.done()
         assert busy.unloads == []
         busy.holds = ""  # the lease ends...
-        manager.notify_freed()  # ...and the model says so, as Model.release does
+        lease_ended(manager, busy)  # ...and the model says so, as Model._release does
         await asyncio.wait_for(load, 60)  # a guard against a hang, not a measurement
         return busy.unloads
 
@@ -477,8 +504,10 @@ def test_admission_gives_up_after_memory_wait_when_no_lease_ends() -> None:
     new = FakeTenant("new", 0, loaded=False)
     now = [0.0]
     server = ServerConfig(memory=MemoryConfig(host_budget=1000, memory_wait=5))
-    manager = MemoryManager(server, FakeProbe(10_000), lambda: [busy, new],
+    bus = EventBus()
+    manager = MemoryManager(server, FakeProbe(10_000), lambda: [busy, new], bus,
                             clock=lambda: now[0])
+    _watch(manager, bus)
 
     async def scenario() -> None:
         busy.looked = asyncio.Event()
@@ -487,7 +516,7 @@ def test_admission_gives_up_after_memory_wait_when_no_lease_ends() -> None:
         # Something unrelated freed memory once memory_wait had passed: admission looks
         # again, finds the model still busy, and gives up.
         now[0] = 5.0
-        manager.notify_freed()
+        bus.publish(ModelIdle("elsewhere"))
         await load
 
     with pytest.raises(MemoryExhausted, match=r"busy \(800B, busy\); waited 5s"):
@@ -504,7 +533,7 @@ def test_two_loads_on_one_device_are_admitted_one_at_a_time() -> None:
     order: list[str] = []
 
     async def load(tenant: FakeTenant, admitted: asyncio.Event, finish: asyncio.Event) -> None:
-        async with manager.admission(tenant, 600, 0):
+        async with manager.admission(tenant.name, tenant.device, 600, 0):
             order.append(f"{tenant.name} admitted")
             admitted.set()
             await finish.wait()
@@ -540,18 +569,23 @@ def test_loads_on_different_devices_do_not_wait_for_each_other() -> None:
     manager = manager_for([host, gpu], GPU_PROBE)
 
     async def scenario() -> tuple[int, int]:
-        async with manager.admission(host, 900, 0), manager.admission(gpu, 1000, 0):
+        async with manager.admission(host.name, host.device, 900, 0), \
+                manager.admission(gpu.name, gpu.device, 1000, 0):
             return manager.reserved("cpu"), manager.reserved("cuda:0")
 
     assert run(scenario()) == (900, 1000)
 
 
-def test_a_model_reloading_does_not_count_its_own_old_size() -> None:
-    # A model that is being reloaded (say after a failed load) is excluded from `used`.
+def test_a_models_loaded_replicas_count_against_its_next_load_and_it_never_evicts_itself(
+) -> None:
+    # A model holding 700 bytes asks for another 900 (a second replica): 1600 > 1000, and its
+    # own replicas are not its victims. (A model reloading from scratch holds nothing: it reports
+    # no resident bytes while it is not loaded.)
     itself = FakeTenant("itself", 700)
     manager = manager_for([itself])
 
-    run(admit(manager, itself, resident=900))
+    with pytest.raises(MemoryExhausted, match="'itself'"):
+        run(admit(manager, itself, resident=900))
 
     assert itself.unloads == []
 
@@ -570,13 +604,13 @@ def test_relieve_oom_unloads_only_idle_models_on_the_device_with_reason_oom() ->
     tenants = [failing, idle_a, idle_b, busy, pinned, unloading, cold, gpu_idle]
     manager = manager_for(tenants, GPU_PROBE)
 
-    freed = run(manager.relieve_oom(failing))
+    freed = run(manager.relieve_oom(failing.name, failing.device, "run", "out of memory"))
 
     assert freed == 2
     assert {t.name: t.unloads for t in tenants if t.unloads} == {
         "idle-a": ["oom"], "idle-b": ["oom"],
     }
-    assert manager.evictions == {"oom": 2}
+    assert evictions(manager) == {"oom": 2}
 
 
 def test_relieve_oom_on_a_gpu_leaves_the_host_alone() -> None:
@@ -587,7 +621,7 @@ def test_relieve_oom_on_a_gpu_leaves_the_host_alone() -> None:
     tenants = [failing, gpu_idle, other_gpu_idle, host_idle]
     manager = manager_for(tenants, GPU_PROBE)
 
-    assert run(manager.relieve_oom(failing)) == 1
+    assert run(manager.relieve_oom(failing.name, failing.device, "run", "out of memory")) == 1
     assert [t.name for t in tenants if t.unloads] == ["gpu1-idle"]
 
 
@@ -596,158 +630,25 @@ def test_relieve_oom_with_nothing_idle_unloads_nothing() -> None:
     pinned = FakeTenant("pinned", 100, holds="pinned")
     manager = manager_for([failing, pinned])
 
-    assert run(manager.relieve_oom(failing)) == 0
+    assert run(manager.relieve_oom(failing.name, failing.device, "run", "out of memory")) == 0
     assert pinned.unloads == []
-    assert manager.evictions.get("oom", 0) == 0
+    assert evictions(manager).get("oom", 0) == 0
 
 
-def test_status_lists_every_device_with_budget_use_and_process_memory() -> None:
+def test_the_snapshot_lists_every_device_with_budget_use_and_process_memory() -> None:
     probe = FakeProbe(host_total=10_000, gpu_totals={"cuda:0": 2000, "cuda:1": 4000})
     probe.process.update({"cpu": 7000, "cuda:0": 300})
     tenants = [FakeTenant("host", 400), FakeTenant("gpu", 250, device="cuda:0")]
     manager = manager_for(tenants, probe, gpu_budget=0.5)
 
-    assert manager.status() == [
-        {"name": "cpu", "total_bytes": 10_000, "budget_bytes": 1000, "used_bytes": 400,
-         "reserved_bytes": 0, "process_bytes": 7000},
-        {"name": "cuda:0", "total_bytes": 2000, "budget_bytes": 1000, "used_bytes": 250,
-         "reserved_bytes": 0, "process_bytes": 300},
-        {"name": "cuda:1", "total_bytes": 4000, "budget_bytes": 2000, "used_bytes": 0,
-         "reserved_bytes": 0, "process_bytes": 0},
-    ]
-
-
-# --- is_out_of_memory ----------------------------------------------------------------------
-
-
-class OutOfMemoryError(RuntimeError):
-    """Named like torch.cuda.OutOfMemoryError, which is matched by name (torch stays optional)."""
-
-
-@pytest.mark.parametrize(("error", "expected"), [
-    pytest.param(MemoryError(), True, id="MemoryError"),
-    pytest.param(MemoryError("cannot allocate array"), True, id="MemoryError-with-text"),
-    pytest.param(OutOfMemoryError("CUDA error"), True, id="a-class-named-OutOfMemoryError"),
-    pytest.param(RuntimeError(
-        "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while "
-        "running MatMul node. Status Message: bfc_arena.cc:376 Failed to allocate memory for "
-        "requested buffer of size 4000000000000"
-    ), True, id="onnxruntime-arena"),
-    pytest.param(RuntimeError("std::bad_alloc"), True, id="bad_alloc"),
-    pytest.param(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True,
-                 id="cuda-out-of-memory"),
-    pytest.param(RuntimeError("CUDA failure 2: cudaErrorMemoryAllocation"), True,
-                 id="cudaErrorMemoryAllocation"),
-    pytest.param(ValueError("shapes (2,3) and (4,5) not aligned"), False, id="a-normal-error"),
-    pytest.param(RuntimeError("Failed to load model with error: file not found"), False,
-                 id="a-failure-that-is-not-memory"),
-    pytest.param(KeyError("memory"), False, id="a-mention-of-memory-alone"),
-])
-def test_is_out_of_memory(error: BaseException, expected: bool) -> None:
-    assert is_out_of_memory(error) is expected
-
-
-def _allocating_session(tmp_path: Path) -> ort.InferenceSession:
-    """A real onnxruntime session whose output shape is its INT64 input's values."""
-    graph = helper.make_graph(
-        [helper.make_node("ConstantOfShape", ["shape"], ["y"],
-                          value=numpy_helper.from_array(np.array([1.0], np.float32)))],
-        "allocate",
-        [helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "cols"])],
+    assert manager.snapshot() == (
+        DeviceSnapshot("cpu", total_bytes=10_000, budget_bytes=1000, used_bytes=400,
+                       reserved_bytes=0, process_bytes=7000),
+        DeviceSnapshot("cuda:0", total_bytes=2000, budget_bytes=1000, used_bytes=250,
+                       reserved_bytes=0, process_bytes=300),
+        DeviceSnapshot("cuda:1", total_bytes=4000, budget_bytes=2000, used_bytes=0,
+                       reserved_bytes=0, process_bytes=0),
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "allocate.onnx"
-    path.write_bytes(model.SerializeToString())
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-def test_a_real_onnxruntime_allocation_failure_is_out_of_memory(tmp_path: Path) -> None:
-    session = _allocating_session(tmp_path)
-    with pytest.raises(Exception) as info:  # noqa: PT011 - the class is onnxruntime's own
-        session.run(None, {"shape": np.array([10**6, 10**6], np.int64)})  # 4 TB of float32
-    assert is_out_of_memory(info.value), info.value
-
-
-def test_a_real_onnxruntime_input_error_is_not_out_of_memory(tmp_path: Path) -> None:
-    session = _allocating_session(tmp_path)
-    with pytest.raises(Exception) as info:  # noqa: PT011
-        session.run(None, {"shape": np.array([2.0, 3.0], np.float32)})  # wrong dtype
-    assert not is_out_of_memory(info.value), info.value
-
-
-# --- sizes from files, and which device a model counts against ---------------------------------
-
-def test_a_single_file_onnx_model_holds_its_file_and_peaks_at_twice_it(tmp_path: Path) -> None:
-    path = write_mlp(tmp_path / "mlp.onnx", dims=(64, 256, 64))
-    spec = ModelConfig(name="mlp", path=path, format="onnx")
-    size = path.stat().st_size
-    assert file_sizes_blocking(spec) == FileSizes(weights=size, transient=size)
-
-
-def test_external_data_counts_as_weights_but_not_as_load_transient(tmp_path: Path) -> None:
-    write_mlp(tmp_path / "inline.onnx", dims=(64, 512, 64))
-    model = onnx.load(str(tmp_path / "inline.onnx"))
-    onnx.save_model(model, str(tmp_path / "external.onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
-    graph_bytes = (tmp_path / "external.onnx").stat().st_size
-    data_bytes = (tmp_path / "weights.bin").stat().st_size
-    assert data_bytes > 100_000 > graph_bytes
-
-    spec = ModelConfig(name="ext", path=tmp_path / "external.onnx", format="onnx")
-    assert file_sizes_blocking(spec) == FileSizes(graph_bytes + data_bytes, graph_bytes)
-
-
-def test_an_unreadable_onnx_file_is_sized_by_its_bytes_and_fails_later_at_load(
-    tmp_path: Path,
-) -> None:
-    path = write_corrupt_model(tmp_path / "broken.onnx")
-    spec = ModelConfig(name="broken", path=path, format="onnx")
-    size = path.stat().st_size
-    assert file_sizes_blocking(spec) == FileSizes(weights=size, transient=size)
-
-
-def test_a_torch_folder_counts_its_weight_files_only(tmp_path: Path) -> None:
-    folder = tmp_path / "bert"
-    (folder / "sub").mkdir(parents=True)
-    (folder / "model.safetensors").write_bytes(b"\0" * 1000)
-    (folder / "sub" / "extra.bin").write_bytes(b"\0" * 300)
-    (folder / "tokenizer.json").write_bytes(b"{}" * 5000)
-    (folder / "README.md").write_text("a long model card " * 100)
-    spec = ModelConfig(name="bert", path=folder, format="torch")
-    assert file_sizes_blocking(spec) == FileSizes(weights=1300, transient=0)
-
-
-def test_a_single_safetensors_file_counts_itself(tmp_path: Path) -> None:
-    path = tmp_path / "weights.safetensors"
-    path.write_bytes(b"\0" * 4096)
-    spec = ModelConfig(name="w", path=path, format="torch")
-    assert file_sizes_blocking(spec) == FileSizes(weights=4096, transient=0)
-
-
-def _spec(device: str, fmt: Literal["onnx", "torch"] = "torch") -> ModelConfig:
-    return ModelConfig(name="m", path=Path("m"), format=fmt, device=device)
-
-
-@pytest.mark.parametrize(("spec", "gpus", "device"), [
-    pytest.param(_spec("cpu"), ["cuda:0"], "cpu", id="cpu-stays-on-the-host"),
-    pytest.param(_spec("mps"), ["cuda:0"], "cpu", id="mps-shares-the-host-memory"),
-    pytest.param(_spec("auto"), [], "cpu", id="auto-without-gpus"),
-    pytest.param(_spec("cuda"), [], "cpu", id="cuda-without-gpus-is-inert"),
-    pytest.param(_spec("auto"), ["cuda:0", "cuda:1"], "cuda:0", id="auto-takes-the-first-gpu"),
-    pytest.param(_spec("cuda"), ["cuda:0", "cuda:1"], "cuda:0", id="cuda-means-cuda-0"),
-    pytest.param(_spec("cuda:1"), ["cuda:0", "cuda:1"], "cuda:1", id="a-named-gpu"),
-    pytest.param(_spec("cuda:3"), ["cuda:0", "cuda:1"], "cpu", id="a-gpu-that-is-not-there"),
-])
-def test_memory_device(spec: ModelConfig, gpus: list[str], device: str) -> None:
-    assert memory_device(spec, gpus) == device
-
-
-def test_an_onnx_model_counts_against_the_host_when_onnxruntime_has_no_cuda() -> None:
-    spec = _spec("cuda:0", fmt="onnx")
-    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
-    assert memory_device(spec, ["cuda:0"]) == ("cuda:0" if has_cuda else "cpu")
 
 
 # --- admission with real models ------------------------------------------------------------------
@@ -759,48 +660,53 @@ def test_a_freshly_loaded_model_is_not_evicted_before_the_request_that_loaded_it
     # first (one admission per device). When the first finishes, its request has not yet taken
     # its lease; the second must not evict it then, or the first request reloads it, evicting
     # the second before *its* request takes a lease, and so on for ever.
-    from concurrent.futures import ThreadPoolExecutor
-
+    from snoozeml.config import parse_config
+    from snoozeml.engine.manager import ModelManager
     from snoozeml.engine.model import Model
-    from snoozeml.runtime.onnx import OnnxBackend
+    from snoozeml.engine.service import InferenceService
 
-    specs = [
-        ModelConfig(name=name, path=write_mlp(tmp_path / f"{name}.onnx", seed=i),
-                    format="onnx", device="cpu", idle_timeout=300)  # None would pin
-        for i, name in enumerate(("first", "second"))
-    ]
-    size = specs[0].path.stat().st_size
+    for i, name in enumerate(("first", "second")):
+        write_mlp(tmp_path / f"{name}.onnx", seed=i)
+    size = (tmp_path / "first.onnx").stat().st_size
     # Each resident model is predicted at 1.1 x its file and peaks at 2.1 x while loading:
     # one resident beside a load needs 3.2 x, and the budget is 2.5 x.
-    server = ServerConfig(memory=MemoryConfig(host_budget=int(size * 2.5), memory_wait=3600))
-    models: list[Model] = []
-    memory = MemoryManager(server, FakeProbe(host_total=10 * GiB), lambda: models)
-    loader = ThreadPoolExecutor(2)
-    models.extend(Model(spec, OnnxBackend(), loader, memory) for spec in specs)
-    first, second = models
+    config = parse_config({
+        "server": {"memory": {"host_budget": int(size * 2.5), "memory_wait": 3600}},
+        "models": [{"name": name, "path": f"{name}.onnx", "device": "cpu",
+                    "idle_timeout": 300}  # None would pin
+                   for name in ("first", "second")],
+    }, source=tmp_path / "models.toml")
 
-    async def scenario() -> None:
-        leases = {asyncio.create_task(model.acquire()): model for model in models}
+    async def hold(model: Model, taken: asyncio.Event, end: asyncio.Event) -> None:
+        async with model.lease():
+            taken.set()
+            await end.wait()
+
+    async def scenario() -> InferenceService:
+        service = InferenceService(ModelManager(config, probe=FakeProbe(host_total=10 * GiB)))
+        models = list(service.manager.models.values())
+        taken = {model.name: asyncio.Event() for model in models}
+        end = {model.name: asyncio.Event() for model in models}
+        holders = [asyncio.create_task(hold(m, taken[m.name], end[m.name])) for m in models]
         # Either load may reach the device first (each reads its files on the loader threads
         # before asking for memory); the other waits for the winner's lease to end.
         # The timeouts guard against the ping-pong, not timing.
-        done, pending = await asyncio.wait(leases, timeout=30,
+        waits = {asyncio.create_task(event.wait()): name for name, event in taken.items()}
+        done, pending = await asyncio.wait(waits, timeout=30,
                                            return_when=asyncio.FIRST_COMPLETED)
         assert len(done) == 1
-        (winner_lease,), (other_lease,) = done, pending
-        winner, other = leases[winner_lease], leases[other_lease]
-        winner_lease.result()
+        winner = service.manager.models[waits[done.pop()]]
+        other = next(m for m in models if m is not winner)
         assert winner.in_flight == 1
         assert other.state.value == "LOADING"  # waiting for the winner's lease to end
-        winner.release()
-        await asyncio.wait_for(other_lease, 30)
-        other.release()
-        await asyncio.gather(*(m.unload("shutdown") for m in models))
+        end[winner.name].set()
+        await asyncio.wait_for(taken[other.name].wait(), 30)
+        end[other.name].set()
+        await asyncio.gather(*holders, *pending)
+        await service.manager.shutdown()
+        return service
 
-    try:
-        run(scenario())
-    finally:
-        loader.shutdown(wait=True)
-    assert first.stats.loads == 1
-    assert second.stats.loads == 1
-    assert memory.evictions == {"memory_pressure": 1}
+    service = run(scenario())
+    status = service.snapshot()
+    assert [model.loads for model in status.models] == [1, 1]
+    assert status.evictions == {"memory_pressure": 1}

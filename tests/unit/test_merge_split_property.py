@@ -1,4 +1,5 @@
-"""merge_inputs and split_outputs: a batched run gives every request exactly its solo result.
+"""merge_inputs, split_outputs and run_stacked_blocking: a batched run gives every request
+exactly its solo result.
 
 Requests share one schema (input names, dtypes, trailing shapes: what batch_key groups on) and
 differ in their row counts, zero included. The "model" is a row-wise function of the inputs,
@@ -8,12 +9,16 @@ integers, so float sums are exact and the comparison can be exact too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snoozeml.engine.batching import batch_key, merge_inputs, split_outputs
+from snoozeml.engine.batching import batch_key
+from snoozeml.runtime.base import Unsplittable
+from snoozeml.runtime.stacking import merge_inputs, run_stacked_blocking, split_outputs
 
 Arrays = dict[str, np.ndarray]
 Schema = dict[str, tuple[np.dtype[np.generic], tuple[int, ...]]]
@@ -77,15 +82,16 @@ def test_merge_run_split_gives_each_request_its_solo_result(
         assert merged[name].dtype == dtype
 
     parts = split_outputs(row_wise_model(merged), rows)
-    assert parts is not None
-    assert len(parts) == len(requests)
-    for inputs, part in zip(requests, parts, strict=True):
+    stacked = run_stacked_blocking(lambda inputs, _: row_wise_model(inputs), requests, None)
+    assert len(parts) == len(stacked) == len(requests)
+    for inputs, part, run_part in zip(requests, parts, stacked, strict=True):
         solo = row_wise_model(inputs)
-        assert part.keys() == solo.keys()
-        for name, expected in solo.items():
-            assert part[name].dtype == expected.dtype
-            assert part[name].shape == expected.shape
-            np.testing.assert_array_equal(part[name], expected)
+        for answer in (part, run_part):
+            assert answer.keys() == solo.keys()
+            for name, expected in solo.items():
+                assert answer[name].dtype == expected.dtype
+                assert answer[name].shape == expected.shape
+                np.testing.assert_array_equal(answer[name], expected)
 
 
 @settings(max_examples=100, deadline=None)
@@ -105,28 +111,89 @@ def test_split_refuses_an_output_whose_first_dimension_is_not_the_batch(
         "good": np.zeros((total, *trailing), dtype=np.float32),
         "bad": np.zeros((wrong, *trailing), dtype=np.float32),
     }
-    assert split_outputs(outputs, rows) is None
-    assert split_outputs({"good": outputs["good"]}, rows) is not None
+    with pytest.raises(Unsplittable, match="'bad'"):
+        split_outputs(outputs, rows)
+    assert len(split_outputs({"good": outputs["good"]}, rows)) == len(rows)
 
 
 def test_split_refuses_a_scalar_output_of_a_batch() -> None:
-    assert split_outputs({"y": np.float32(3.0) * np.ones((), np.float32)}, [1, 2]) is None
+    with pytest.raises(Unsplittable):
+        split_outputs({"y": np.float32(3.0) * np.ones((), np.float32)}, [1, 2])
 
 
 def test_a_batch_of_one_is_passed_through_untouched() -> None:
     inputs = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
     assert merge_inputs([inputs]) is inputs
     outputs = {"y": np.zeros((7,), dtype=np.float32)}  # a single request owns every output
-    parts = split_outputs(outputs, [2])
-    assert parts is not None
-    assert parts[0] is outputs
+    [part] = split_outputs(outputs, [2])
+    assert part is outputs
 
 
 @pytest.mark.parametrize("rows", [[0, 0], [0, 3, 0], [2, 0, 1]])
 def test_requests_with_no_rows_get_empty_outputs_of_the_right_shape(rows: list[int]) -> None:
     requests = [{"x": np.ones((n, 2), dtype=np.float32) * i} for i, n in enumerate(rows)]
     parts = split_outputs(row_wise_model(merge_inputs(requests)), rows)
-    assert parts is not None
     for count, part in zip(rows, parts, strict=True):
         assert part["x_affine"].shape == (count, 2)
         assert part["total"].shape == (count,)
+
+
+# --- run_stacked_blocking -------------------------------------------------------------------
+
+
+class Recorder:
+    """A run function that records what it was given and answers `row_wise_model`'s outputs
+    (or `answer`, when set)."""
+
+    def __init__(self, answer: Arrays | None = None) -> None:
+        self.answer = answer
+        self.calls: list[tuple[Arrays, Sequence[str] | None]] = []
+
+    def __call__(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
+        self.calls.append((inputs, outputs))
+        return row_wise_model(inputs) if self.answer is None else self.answer
+
+
+def test_a_single_request_runs_as_it_is_without_a_copy() -> None:
+    inputs = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    answer = {"y": np.zeros((7,), dtype=np.float32)}  # not split: the request owns it all
+    run = Recorder(answer)
+
+    [part] = run_stacked_blocking(run, [inputs], ["y"])
+
+    assert part is answer
+    [(given, outputs)] = run.calls
+    assert given is inputs
+    assert given["x"] is inputs["x"]
+    assert outputs == ["y"]
+
+
+def test_several_requests_run_once_and_get_their_own_rows() -> None:
+    requests = [{"x": np.full((n, 2), i, dtype=np.int64)} for i, n in enumerate([2, 1, 3])]
+    run = Recorder()
+
+    parts = run_stacked_blocking(run, requests, ("x_affine",))
+
+    [(merged, outputs)] = run.calls
+    assert merged["x"].shape == (6, 2)
+    assert outputs == ("x_affine",)
+    for i, (inputs, part) in enumerate(zip(requests, parts, strict=True)):
+        np.testing.assert_array_equal(part["x_affine"], inputs["x"] * 2 + 1)
+        assert set(part["x_affine"].reshape(-1)) == {2 * i + 1}
+
+
+def test_a_model_whose_output_ignores_the_batch_is_unsplittable() -> None:
+    requests = [{"x": np.ones((n, 2), dtype=np.float32)} for n in (1, 2)]
+    run = Recorder({"y": np.zeros((1, 4), dtype=np.float32)})  # one row for three
+
+    with pytest.raises(Unsplittable, match="'y'"):
+        run_stacked_blocking(run, requests, None)
+
+
+def test_scalar_inputs_cannot_be_stacked() -> None:
+    requests = [{"n": np.array(3, dtype=np.int64)}, {"n": np.array(4, dtype=np.int64)}]
+    run = Recorder()
+
+    with pytest.raises(Unsplittable, match="'n'"):
+        run_stacked_blocking(run, requests, None)
+    assert run.calls == []

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         # `module = "pkg.mod:factory"` may name a module next to models.toml.
         sys.path.append(str(config.source.parent))
 
-    from snoozeml.engine.probes import limit_malloc_arenas
+    from snoozeml.heap import limit_malloc_arenas
 
     limit_malloc_arenas()  # before the heavy imports and the threads they start
     from snoozeml.server import Daemon  # the heavy imports only once the config is valid

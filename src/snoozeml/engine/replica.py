@@ -1,36 +1,55 @@
-"""A loaded instance of a model with its worker thread and batch queue, and how one is built
-and torn down. The blocking halves run on the loader threads."""
+"""One loaded instance of a model with its own worker thread and batch queue, and the blocking
+halves of building and closing one (they run on the loader threads)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.batching import Batcher, BatchPolicy, BatchStats, OomHook
-from snoozeml.engine.probes import release_memory_blocking
+from snoozeml.engine.batcher import Batcher
+from snoozeml.engine.batching import Arrays
+from snoozeml.errors import describe_exception
+from snoozeml.heap import release_memory_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, Instance
 
 
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 @dataclass(eq=False, slots=True)
 class Replica:
-    """What a lease hands out: the instance, its worker thread and its batch queue."""
+    """What a lease hands out. `in_flight` counts the leases held on this replica."""
 
+    index: int  # unique within its model, never reused
+    device: str
     instance: Instance
     worker: ThreadPoolExecutor
     batcher: Batcher
+    measured_bytes: int
+    loaded_at: float  # epoch seconds
+    in_flight: int = 0
 
     @property
     def metadata(self) -> ModelMetadata:
         return self.instance.metadata
+
+    @property
+    def load(self) -> int:
+        """Requests on the replica: leased (queued or running) or queued without a lease."""
+        return max(self.in_flight, self.batcher.queued)
+
+    def validate(self, inputs: Arrays) -> None:
+        """The backend's own checks of one request, before it is queued."""
+        self.instance.validate_inputs(inputs)
+
+    async def submit(
+        self, inputs: Arrays, outputs: Sequence[str] | None, queue_timeout: float | None
+    ) -> Arrays:
+        """Run one validated request through the replica's batch queue (the caller holds a
+        lease on this replica)."""
+        return await self.batcher.submit(inputs, outputs, queue_timeout)
 
 
 def load_instance_blocking(backend: Backend, spec: ModelConfig) -> Instance:
@@ -41,28 +60,9 @@ def load_instance_blocking(backend: Backend, spec: ModelConfig) -> Instance:
     return instance
 
 
-def start_replica(
-    name: str,
-    instance: Instance,
-    policy: BatchPolicy,
-    stats: BatchStats,
-    on_oom: OomHook | None,
-) -> Replica:
-    worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{name}")
-    run_many = getattr(instance, "run_many_blocking", None)  # backends that batch themselves
-    batcher = Batcher(
-        name, instance.run_blocking, worker, policy, stats, on_oom=on_oom, run_many=run_many
-    )
-    batcher.start()
-    return Replica(instance, worker, batcher)
-
-
-async def stop_replica(replica: Replica) -> None:
-    """Stop taking work; the caller then closes it with close_replica_blocking."""
-    await replica.batcher.stop()
-
-
 def close_replica_blocking(replica: Replica) -> None:
+    """After the batch loop stopped: wait for a run still on the worker, close the instance
+    and hand its memory back to the OS."""
     replica.worker.shutdown(wait=True)
     try:
         replica.instance.close()

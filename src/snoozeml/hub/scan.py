@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from snoozeml.datatypes import ONNX_TO_OIP, TensorSpec
+from snoozeml.runtime.files import external_data_paths
 
 Format = Literal["onnx", "torch"]
 Task = Literal["feature-extraction", "text-classification", "image-classification"]
@@ -103,7 +104,7 @@ def scan(path: Path, base_name: str | None = None) -> ScanResult:
             skipped.append(Skipped(file, f"not a readable ONNX model ({exc})"))
             continue
         headers.append((file, header))
-        external.update(_external_data_files(header, file.parent))
+        external.update(external_data_paths(header, file.parent))
     # A file that another model keeps its tensors in is data, not a model, whatever its name.
     found.extend((file, _onnx_model(file, header)) for file, header in headers
                  if file.resolve() not in external)
@@ -113,7 +114,7 @@ def scan(path: Path, base_name: str | None = None) -> ScanResult:
     return ScanResult(models=_named(naming_root, found, base_name), skipped=skipped)
 
 
-# --- walking ---------------------------------------------------------------------------
+# --- walking ----------------------------------------------------------------------------------
 
 Place = Literal["hf", "inside-hf", "plain"]
 
@@ -145,7 +146,7 @@ def _is_hf_folder(folder: Path, files: Iterable[str]) -> bool:
     return any(n.endswith((".safetensors", ".safetensors.index.json")) for n in names)
 
 
-# --- ONNX ------------------------------------------------------------------------------
+# --- ONNX -------------------------------------------------------------------------------------
 
 
 class NotOnnx(Exception):
@@ -170,32 +171,9 @@ def external_data_files(file: Path) -> set[Path]:
     """The resolved paths of the files an ONNX model keeps its tensors in (empty if it keeps
     them inside, or does not parse)."""
     try:
-        return _external_data_files(_load_onnx_header(file), file.parent)
+        return external_data_paths(_load_onnx_header(file), file.parent)
     except NotOnnx:
         return set()
-
-
-def _external_data_files(model: Any, folder: Path) -> set[Path]:
-    """The files an ONNX model keeps its external tensors in, resolved."""
-    from onnx import TensorProto
-
-    locations: set[Path] = set()
-    for tensor in _initializers(model.graph):
-        if tensor.data_location == TensorProto.EXTERNAL:
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    locations.add((folder / entry.value).resolve())
-    return locations
-
-
-def _initializers(graph: Any) -> Iterator[Any]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                yield from _initializers(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _initializers(subgraph)
 
 
 def _tensor_spec(value: Any) -> TensorSpec:
@@ -237,7 +215,7 @@ def _onnx_model(file: Path, model: Any) -> ScannedModel:
     )
 
 
-# --- safetensors -----------------------------------------------------------------------
+# --- safetensors ------------------------------------------------------------------------------
 
 
 def _read_json(path: Path) -> Any:
@@ -322,7 +300,7 @@ def _plain_state_dict(file: Path) -> ScannedModel:
     return ScannedModel(name="", path=file, format="torch", notes=notes)
 
 
-# --- names -----------------------------------------------------------------------------
+# --- names ------------------------------------------------------------------------------------
 
 
 def sanitise_name(text: str) -> str:

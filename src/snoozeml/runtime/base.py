@@ -1,8 +1,17 @@
-"""The one small protocol every backend implements. Blocking calls say so in their names."""
+"""The contract every backend implements: everything the engine may ask of one, and nothing else.
+
+Layering: `runtime/` sits below `engine/`. It imports nothing from `engine/`, `api/` or any web
+or gRPC library; the engine chooses a backend through `runtime/registry.py`. Calls whose names
+end in `_blocking` do real work (file reads, model loads, inference) and run off the event loop.
+
+Every capability is declared here, none is discovered with `getattr`: a backend with nothing
+to do for one implements it as a no-op.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -11,22 +20,103 @@ from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.errors import InvalidInput
 
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class FileSizes:
+    """What a model's files say about its memory, before it is loaded."""
+
+    weights: int  # every byte the model loads
+    transient: int  # extra bytes held only while loading (onnx: the .onnx protobuf itself)
+
+
+class Unsplittable(Exception):
+    """A batched run's outputs do not follow the batch's rows (axis 0 is not a batch there):
+    the engine runs the requests alone instead, and stops batching the model."""
+
 
 class Instance(Protocol):
-    """One loaded copy of a model. `run_blocking` is called from one worker thread at a time."""
+    """One loaded copy of a model. `*_blocking` calls come from one worker thread at a time."""
 
     @property
     def metadata(self) -> ModelMetadata: ...
 
-    def run_blocking(
-        self, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
-    ) -> dict[str, np.ndarray]: ...
+    def validate_inputs(self, inputs: Arrays) -> None:
+        """Checks that need the loaded model, run before the request is queued (so a bad
+        request fails alone, never its batch): raises InvalidInput or Unsupported. May replace
+        arrays in `inputs` with converted ones."""
+        ...
 
-    def close(self) -> None: ...
+    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
+        """One request: the outputs named (all of them when `outputs` is None). Raises
+        InvalidInput when the runtime refuses the input; anything else is a backend failure."""
+        ...
+
+    def run_batch_blocking(
+        self, requests: Sequence[Arrays], outputs: Sequence[str] | None
+    ) -> list[Arrays]:
+        """Several requests as one run, each answered with exactly its own rows. Raises
+        Unsplittable when the outputs cannot be split back by rows."""
+        ...
+
+    def close(self) -> None:
+        """Release the model's memory (called once, after the last run)."""
+        ...
 
 
 class Backend(Protocol):
+    """Loads one model format. One backend object per configured model."""
+
+    def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
+        """Sizes from the model's files, without loading weights. It may raise OSError for
+        files it cannot read: the load then fails with its own message."""
+        ...
+
+    def memory_device(self, spec: ModelConfig, gpus: Sequence[str]) -> str:
+        """The device whose memory budget the model counts against: a GPU among `gpus` when it
+        will run there, else "cpu"."""
+        ...
+
+    def prepare_blocking(self, spec: ModelConfig) -> None:
+        """Import what the model's code needs before its load is measured: memory that stays
+        for the life of the process is not the model's."""
+        ...
+
     def load_blocking(self, spec: ModelConfig) -> Instance: ...
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by this backend's load or run, means memory ran out."""
+        ...
+
+
+# --- helpers shared by the backends -----------------------------------------------------------
+
+_OOM_MARKERS = (
+    "failed to allocate memory",
+    "bad_alloc",
+    "bad allocation",
+    "out of memory",
+    "cudaerrormemoryallocation",
+)
+
+
+def looks_out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, or an exception whose message is an allocator's (onnxruntime raises
+    RuntimeException with its arena's message; CUDA says "out of memory")."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _OOM_MARKERS)
+
+
+def requested_gpu(device: str, gpus: Sequence[str]) -> str:
+    """The GPU a model's `device` asks for ("auto" and "cuda" mean cuda:0) when it is among
+    `gpus`; otherwise "cpu" (mps shares the host's memory)."""
+    if device in ("cpu", "mps") or not gpus:
+        return "cpu"
+    wanted = "cuda:0" if device in ("auto", "cuda") else device
+    return wanted if wanted in gpus else "cpu"
 
 
 def utf8_strings(array: np.ndarray, name: str) -> np.ndarray:
@@ -43,65 +133,3 @@ def utf8_strings(array: np.ndarray, name: str) -> np.ndarray:
             raise InvalidInput(f"input {name!r}: element {i} is not valid UTF-8 "
                                f"({exc.reason} at byte {exc.start})") from None
     return strings.reshape(array.shape)
-
-
-def prepare_blocking(backend: Backend, spec: ModelConfig) -> None:
-    """Let a backend import what a model's code needs before its load is measured (memory
-    that stays for the life of the process should not be charged to the model)."""
-    prepare = getattr(backend, "prepare_blocking", None)
-    if prepare is not None:
-        prepare(spec)
-
-
-def backend_for(spec: ModelConfig) -> Backend:
-    """The backend that serves `spec.format`; imported lazily so ONNX never imports torch."""
-    if spec.format == "onnx":
-        from snoozeml.runtime.onnx import OnnxBackend
-
-        return OnnxBackend()
-    from snoozeml.runtime.unavailable import UnavailableBackend
-
-    if spec.format == "torch":
-        try:
-            from snoozeml.runtime.torch import TorchBackend
-        except ImportError as exc:
-            reason = str(exc)
-            if "snoozeml[torch]" not in reason:  # runtime/torch.py's own message names it
-                reason += "; torch models need the extra: pip install 'snoozeml[torch]'"
-            return UnavailableBackend(reason)
-        return TorchBackend(spec.intra_op_threads)
-    return UnavailableBackend(f"model format {spec.format!r} is not supported")
-
-
-_OOM_MARKERS = (
-    "failed to allocate memory",
-    "bad_alloc",
-    "bad allocation",
-    "out of memory",
-    "cudaerrormemoryallocation",
-)
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether a backend exception means memory ran out: MemoryError, torch's
-    OutOfMemoryError, or onnxruntime's allocation failures (which arrive as RuntimeException
-    with the allocator's message)."""
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-        return True
-    text = str(exc).lower()
-    return any(marker in text for marker in _OOM_MARKERS)
-
-
-def memory_device(spec: ModelConfig, gpus: Sequence[str]) -> str:
-    """The device whose memory budget a model counts against: the GPU it will run on, when
-    that GPU exists and its runtime can use it, else the host ("cpu")."""
-    device = spec.device
-    if device in ("cpu", "mps") or not gpus:
-        return "cpu"
-    if spec.format == "onnx":
-        import onnxruntime
-
-        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-            return "cpu"
-    wanted = "cuda:0" if device in ("auto", "cuda") else device
-    return wanted if wanted in gpus else "cpu"

@@ -13,13 +13,22 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
-from snoozeml.engine.probes import drop_attribute_blocking
-from snoozeml.errors import Unsupported
+from snoozeml.errors import InvalidInput, Unsupported
+from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import utf8_strings
+from snoozeml.runtime.base import (
+    Arrays,
+    FileSizes,
+    looks_out_of_memory,
+    requested_gpu,
+    utf8_strings,
+)
+from snoozeml.runtime.files import onnx_file_sizes_blocking
+from snoozeml.runtime.stacking import run_stacked_blocking
 
 PLATFORM = "onnxruntime_onnx"
 
@@ -80,7 +89,7 @@ class OnnxInstance:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+    def validate_inputs(self, inputs: Arrays) -> None:
         """String tensors become str here, before queueing: onnxruntime wants str objects (it
         would turn bytes into their repr), and bytes that are not UTF-8 fail this request alone
         with a 400 instead of the whole batch with a 500."""
@@ -89,23 +98,30 @@ class OnnxInstance:
         for name in self._string_inputs & inputs.keys():
             inputs[name] = utf8_strings(inputs[name], name)
 
-    def run_blocking(
-        self, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
-    ) -> dict[str, np.ndarray]:
+    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
         feed = inputs
         if self._string_inputs:
             feed = dict(inputs)
             for name in self._string_inputs & feed.keys():
                 feed[name] = utf8_strings(feed[name], name)
         names = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
-        if self._bf16:
-            return self._run_ort_values(feed, names)
-        results = self._session.run(names, feed)
+        try:
+            if self._bf16:
+                return self._run_ort_values(feed, names)
+            results = self._session.run(names, feed)
+        except InvalidArgument as exc:  # a dtype, rank or shape the graph does not take
+            raise InvalidInput(
+                f"model {self._metadata.name!r} rejected the input: {exc}"
+            ) from exc
         return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
 
-    def _run_ort_values(
-        self, feed: dict[str, np.ndarray], names: list[str]
-    ) -> dict[str, np.ndarray]:
+    def run_batch_blocking(
+        self, requests: Sequence[Arrays], outputs: Sequence[str] | None
+    ) -> list[Arrays]:
+        """Rows stacked along axis 0 and run once; see runtime/stacking.py."""
+        return run_stacked_blocking(self.run_blocking, requests, outputs)
+
+    def _run_ort_values(self, feed: Arrays, names: list[str]) -> Arrays:
         if self._string_inputs:
             raise Unsupported(_BF16_WITH_STRINGS)
         values = {
@@ -144,6 +160,23 @@ def _to_numpy(value: ort.OrtValue) -> np.ndarray:
 
 
 class OnnxBackend:
+    def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
+        return onnx_file_sizes_blocking(spec.path)
+
+    def memory_device(self, spec: ModelConfig, gpus: Sequence[str]) -> str:
+        """The GPU the model asks for when it is present and this onnxruntime has CUDA;
+        otherwise the host, where the CPU provider will run it."""
+        gpu = requested_gpu(spec.device, gpus)
+        if gpu != "cpu" and "CUDAExecutionProvider" not in ort.get_available_providers():
+            return "cpu"
+        return gpu
+
+    def prepare_blocking(self, spec: ModelConfig) -> None:
+        pass  # onnxruntime is imported with this module; a model brings no code of its own
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        return looks_out_of_memory(exc)
+
     def load_blocking(self, spec: ModelConfig) -> OnnxInstance:
         options = ort.SessionOptions()
         options.intra_op_num_threads = spec.intra_op_threads

@@ -1,32 +1,16 @@
-"""safetensors models through PyTorch: Hugging Face folders via `transformers`, or a plain
-state dict with a user module factory. Optional: needs `pip install 'snoozeml[torch]'`.
-
-A Hugging Face feature-extraction model serves `last_hidden_state` and a pooled `embedding`;
-classification models serve `logits`. With `tokenize = true` and a tokenizer.json, a model
-also takes a BYTES input `text` (one string per row), tokenized here. Rows of one batch are
-padded to its longest, and each request gets its outputs trimmed to its own token length, so a
-batched request answers exactly as it would alone.
+"""safetensors models through PyTorch: Hugging Face folders via `transformers`
+(runtime/huggingface.py), or a plain state dict with a user module factory
+(runtime/state_dict.py). Optional: needs `pip install 'snoozeml[torch]'`, and importing this
+module without it raises an ImportError that says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import json
-import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-
-from snoozeml.config import ModelConfig
-from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
-from snoozeml.engine.probes import drop_attribute_blocking
-from snoozeml.errors import InvalidInput
-from snoozeml.logs import log_event
-from snoozeml.runtime.base import utf8_strings
 
 try:
     import torch
@@ -34,6 +18,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError(
         "serving safetensors models needs PyTorch: pip install 'snoozeml[torch]'"
     ) from exc
+
+from snoozeml.config import ModelConfig
+from snoozeml.runtime.base import FileSizes, looks_out_of_memory, requested_gpu
+from snoozeml.runtime.files import torch_file_sizes_blocking
+from snoozeml.runtime.huggingface import HuggingFaceInstance, model_class
+from snoozeml.runtime.state_dict import StateDictInstance, import_factory
 
 # Imported now, at start-up, so that their own memory is not charged to the first model loaded.
 for _name in ("transformers", "tokenizers", "safetensors.torch"):
@@ -44,423 +34,27 @@ with contextlib.suppress(ImportError):
     _hf_logging.set_verbosity_error()
     _hf_logging.disable_progress_bar()
 
-PLATFORM = "pytorch_safetensors"
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-Arrays = dict[str, np.ndarray]
-
-
-def torch_device(device: str) -> torch.device:
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda:0")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was asked for but CUDA is not available")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError("device 'mps' was asked for but MPS is not available")
-    return torch.device(device)
-
-
-def task_of(config: dict[str, Any]) -> str:
-    """The task a Hugging Face config implies through its architectures."""
-    for arch in config.get("architectures") or []:
-        if arch.endswith("ForSequenceClassification"):
-            return "text-classification"
-        if arch.endswith("ForImageClassification"):
-            return "image-classification"
-    return "feature-extraction"
-
-
-_AUTO_CLASSES = {
-    "feature-extraction": "AutoModel",
-    "text-classification": "AutoModelForSequenceClassification",
-    "image-classification": "AutoModelForImageClassification",
-}
-
-
-def _model_class(folder: Path, task: str | None) -> tuple[str, Any]:
-    """The task and the transformers class for a folder; importing the class's module is
-    what costs memory for good, so it happens here, before the load is measured."""
-    transformers = _require("transformers")
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    task = task or task_of(raw)
-    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    auto = getattr(transformers, _AUTO_CLASSES[task])
-    try:
-        cls = auto._model_mapping[type(config)]
-    except KeyError:
-        raise RuntimeError(
-            f"transformers has no {_AUTO_CLASSES[task]} for model type "
-            f"{config.model_type!r} (task {task!r})"
-        ) from None
-    return task, cls
-
-
-class HuggingFaceInstance:
-    def __init__(self, spec: ModelConfig) -> None:
-        folder = spec.path
-        self.task, cls = _model_class(folder, spec.task)
-        self.device = torch_device(spec.device)
-        dtype = _DTYPES[spec.dtype]
-        # transformers fills missing or mis-shaped weights with random values and only warns;
-        # a model serving noise must be FAILED instead, naming what did not match.
-        model, info = cls.from_pretrained(
-            str(folder), local_files_only=True, use_safetensors=True, output_loading_info=True,
-            ignore_mismatched_sizes=True, **_dtype_kwarg(dtype)
-        )
-        _check_loading_info(folder, info)
-        self.model = model.to(self.device).eval()
-        _page_in(self.model)
-        self.pooling = spec.pooling
-        self.normalize = spec.normalize
-        # Never more tokens than the model has positions: past them it fails on every request.
-        positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self.max_length = min(spec.max_length, positions) if positions > 0 else spec.max_length
-        self.tokenizer: Any = None
-        if spec.tokenize:
-            tokenizer_file = folder / "tokenizer.json"
-            if not tokenizer_file.is_file():
-                raise RuntimeError(f"tokenize = true but {tokenizer_file} does not exist")
-            Tokenizer = _require("tokenizers").Tokenizer
-            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
-            processor = self.tokenizer.post_processor
-            specials = processor.num_special_tokens_to_add(False) if processor else 0
-            if self.max_length <= specials:
-                # The tokenizer can't truncate below its own special tokens: it would not
-                # truncate at all, and long texts would fail on every request.
-                raise RuntimeError(f"max_length = {spec.max_length} leaves no room for text: the "
-                                   f"tokenizer adds {specials} special tokens to each")
-            self.tokenizer.no_padding()
-            self.tokenizer.enable_truncation(max_length=self.max_length)
-        self._metadata = self._describe(spec.name)
-
-    def _describe(self, name: str) -> ModelMetadata:
-        hidden = int(getattr(self.model.config, "hidden_size", -1) or -1)
-        inputs: list[TensorSpec] = []
-        outputs: list[TensorSpec] = []
-        if self.task == "image-classification":
-            channels = int(getattr(self.model.config, "num_channels", 3))
-            size = getattr(self.model.config, "image_size", -1)
-            side = int(size if isinstance(size, int) else -1)
-            inputs.append(TensorSpec("pixel_values", "FP32", (-1, channels, side, side)))
-        else:
-            optional = self.tokenizer is not None
-            inputs.append(TensorSpec("input_ids", "INT64", (-1, -1), optional))
-            inputs.append(TensorSpec("attention_mask", "INT64", (-1, -1), optional))
-            if self._takes_token_types():
-                inputs.append(TensorSpec("token_type_ids", "INT64", (-1, -1), True))
-            if optional:
-                inputs.append(TensorSpec("text", "BYTES", (-1,), True))
-        if self.task == "feature-extraction":
-            outputs.append(TensorSpec("last_hidden_state", "FP32", (-1, -1, hidden)))
-            outputs.append(TensorSpec("embedding", "FP32", (-1, hidden)))
-        else:
-            labels = int(getattr(self.model.config, "num_labels", -1))
-            outputs.append(TensorSpec("logits", "FP32", (-1, labels)))
-        sets: tuple[tuple[str, ...], ...] = ()
-        if self.tokenizer is not None:
-            sets = (("text",), ("input_ids", "attention_mask"))
-        return ModelMetadata(name, PLATFORM, tuple(inputs), tuple(outputs), sets)
-
-    def _takes_token_types(self) -> bool:
-        return int(getattr(self.model.config, "type_vocab_size", 0) or 0) > 0
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
-
-    # --- checks before queueing ------------------------------------------------------------
-
-    def validate_inputs(self, inputs: Arrays) -> None:
-        """What the model would fail on, as a 400 for this request alone (called before the
-        request joins a batch, so it never fails its neighbours)."""
-        if "text" in inputs:
-            extra = sorted(set(inputs) - {"text"})
-            if extra:
-                raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
-            if inputs["text"].ndim != 1:
-                raise InvalidInput("input 'text' takes one string per row (shape [rows])")
-            inputs["text"] = utf8_strings(inputs["text"], "text")
-            return
-        if self.task == "image-classification":
-            return
-        shape = inputs["input_ids"].shape
-        for name in ("attention_mask", "token_type_ids"):
-            if name in inputs and inputs[name].shape != shape:
-                raise InvalidInput(f"input {name!r} has shape {list(inputs[name].shape)}; it "
-                                   f"must match input_ids {list(shape)}")
-        if shape[1] == 0 and shape[0] > 0:
-            raise InvalidInput("input 'input_ids' has no tokens")
-        positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        if positions and shape[1] > positions:
-            raise InvalidInput(f"input 'input_ids' has {shape[1]} tokens; the model takes at "
-                               f"most {positions}")
-        vocab = int(getattr(self.model.config, "vocab_size", 0) or 0)
-        ids = inputs["input_ids"]
-        if vocab and ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            raise InvalidInput(f"input 'input_ids' holds a token id outside [0, {vocab})")
-        types = inputs.get("token_type_ids")
-        kinds = int(getattr(self.model.config, "type_vocab_size", 0) or 0)
-        if types is not None and kinds and types.size and (types.min() < 0 or types.max() >= kinds):
-            raise InvalidInput(f"input 'token_type_ids' holds a type id outside [0, {kinds})")
-
-    # --- running --------------------------------------------------------------------------
-
-    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
-        return self.run_many_blocking([inputs], outputs)[0]
-
-    def run_many_blocking(
-        self, requests: Sequence[Arrays], outputs: Sequence[str] | None
-    ) -> list[Arrays]:
-        """Run several requests as one batch; each gets its own rows back."""
-        if "text" in requests[0]:
-            feeds, lengths = self._tokenize([r["text"] for r in requests])
-        else:
-            feeds = {k: np.concatenate([r[k] for r in requests]) for k in requests[0]}
-            lengths = [r[next(iter(r))].shape[-1] if r else 0 for r in requests]
-        rows = [next(iter(r.values())).shape[0] for r in requests]
-        wanted = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
-        if not any(rows):  # nothing to run: each request gets its empty outputs
-            specs = {s.name: s for s in self._metadata.outputs}
-            return [
-                {name: np.zeros((0, *(length if d < 0 else d for d in specs[name].shape[1:])),
-                                dtype=np.float32)
-                 for name in wanted}
-                for length in lengths
-            ]
-        results = self._forward(feeds)
-        parts: list[Arrays] = []
-        start = 0
-        for count, length in zip(rows, lengths, strict=True):
-            part: Arrays = {}
-            for name in wanted:
-                value = results[name][start:start + count]
-                if name == "last_hidden_state":
-                    value = value[:, :length]
-                part[name] = np.ascontiguousarray(value)
-            parts.append(part)
-            start += count
-        return parts
-
-    def _tokenize(self, texts: Sequence[np.ndarray]) -> tuple[Arrays, list[int]]:
-        """Token ids for every row of every request, padded to the batch's longest; each
-        request's own length is the longest of its rows."""
-        flat: list[str] = []
-        lengths: list[int] = []
-        for array in texts:
-            flat.extend(str(v) for v in utf8_strings(array, "text").reshape(-1))
-            lengths.append(0)
-        encodings = self.tokenizer.encode_batch(flat)
-        longest = max((len(e.ids) for e in encodings), default=0)
-        ids = np.zeros((len(encodings), longest), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        types = np.zeros_like(ids)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            ids[row, :n] = encoding.ids
-            mask[row, :n] = 1
-            types[row, :n] = encoding.type_ids
-        row = 0
-        for i, array in enumerate(texts):
-            count = array.reshape(-1).shape[0]
-            own = [len(e.ids) for e in encodings[row:row + count]]
-            lengths[i] = max(own, default=0)
-            row += count
-        feeds: Arrays = {"input_ids": ids, "attention_mask": mask}
-        if self._takes_token_types():
-            feeds["token_type_ids"] = types
-        return feeds, lengths
-
-    def _forward(self, feeds: Arrays) -> Arrays:
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
-                   for k, v in feeds.items()}
-        with torch.inference_mode():
-            out = self.model(**tensors)
-        if self.task != "feature-extraction":
-            return {"logits": out.logits.float().cpu().numpy()}
-        hidden = out.last_hidden_state
-        if self.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            mask = tensors.get("attention_mask")
-            if mask is None:
-                pooled = hidden.mean(dim=1)
-            else:
-                weights = mask.unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-        if self.normalize:
-            pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
-        return {
-            "last_hidden_state": hidden.float().cpu().numpy(),
-            "embedding": pooled.float().cpu().numpy(),
-        }
-
-    def close(self) -> None:
-        drop_attribute_blocking(self, "model")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
-class StateDictInstance:
-    """A plain safetensors state dict loaded strictly into the module a factory returns."""
-
-    def __init__(self, spec: ModelConfig) -> None:
-        load_file = _require("safetensors.torch").load_file
-        if not spec.module:
-            raise RuntimeError(
-                "a plain .safetensors model needs `module = \"package.module:factory\"`"
-            )
-        if not spec.inputs or not spec.outputs:
-            raise RuntimeError("a plain .safetensors model needs `inputs` and `outputs` declared")
-        factory = _import_factory(spec.module, spec.path.parent)
-        module = factory()
-        if not isinstance(module, torch.nn.Module):
-            raise RuntimeError(f"{spec.module} returned {type(module).__name__}, not a "
-                               "torch.nn.Module")
-        self.device = torch_device(spec.device)
-        state = load_file(str(spec.path))
-        try:
-            module.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise RuntimeError(f"the weights do not match {spec.module}: {exc}") from exc
-        del state
-        self.model = module.to(device=self.device, dtype=_DTYPES[spec.dtype]).eval()
-        self.dtype = _DTYPES[spec.dtype]
-        for tensor in (*spec.inputs, *spec.outputs):
-            if tensor.datatype not in OIP_TO_NUMPY:
-                raise RuntimeError(f"tensor {tensor.name!r}: unknown datatype "
-                                   f"{tensor.datatype!r}")
-        self._metadata = ModelMetadata(
-            spec.name, PLATFORM,
-            tuple(TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in spec.inputs),
-            tuple(TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in spec.outputs),
-        )
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
-
-    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
-        args = []
-        for spec in self._metadata.inputs:
-            # Writable (binary inputs are read-only views of the body, which torch warns about).
-            array = np.require(inputs[spec.name], requirements=["C", "W"])
-            tensor = torch.from_numpy(array).to(self.device)
-            if tensor.is_floating_point():
-                tensor = tensor.to(self.dtype)
-            args.append(tensor)
-        with torch.inference_mode():
-            result = self.model(*args)
-        names = [s.name for s in self._metadata.outputs]
-        if isinstance(result, dict):
-            values = [result[n] for n in names]
-        elif isinstance(result, list | tuple):
-            values = list(result)
-        else:
-            values = [result]
-        if len(values) != len(names):
-            raise RuntimeError(f"the module returned {len(values)} outputs for {len(names)} "
-                               "declared")
-        produced: Arrays = {}
-        for spec, value in zip(self._metadata.outputs, values, strict=True):
-            produced[spec.name] = _as_declared(spec, value.detach().cpu())
-        wanted = outputs or names
-        return {n: produced[n] for n in wanted}
-
-    def close(self) -> None:
-        drop_attribute_blocking(self, "model")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
-def _as_declared(spec: TensorSpec, tensor: Any) -> np.ndarray:
-    """An output in the datatype and rank its declaration promises clients."""
-    if len(tensor.shape) != len(spec.shape):
-        raise RuntimeError(f"output {spec.name!r} has shape {list(tensor.shape)}; it is declared "
-                           f"as {list(spec.shape)}")
-    if spec.datatype == "BF16":
-        return np.asarray(tensor.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
-    if tensor.dtype in (torch.bfloat16, torch.float16):
-        tensor = tensor.float()  # numpy has no bfloat16; float32 holds both exactly
-    return np.asarray(tensor.numpy().astype(OIP_TO_NUMPY[spec.datatype], copy=False))
-
-
-def _check_loading_info(folder: Path, info: dict[str, Any]) -> None:
-    def some(keys: Sequence[Any]) -> str:
-        shown = ", ".join(str(k) for k in list(keys)[:5])
-        return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-
-    problems = []
-    if info.get("missing_keys"):
-        problems.append(f"missing {some(sorted(info['missing_keys']))}")
-    if info.get("mismatched_keys"):
-        shapes = [f"{key} {list(saved)} vs {list(wanted)}"
-                  for key, saved, wanted in sorted(info["mismatched_keys"])]
-        problems.append(f"shapes differ (weights vs config) for {some(shapes)}")
-    if problems:
-        raise RuntimeError(f"the weights in {folder} do not match its config.json: "
-                           + "; ".join(problems))
-    if info.get("unexpected_keys"):
-        log_event("weights_unused", logging.WARNING, path=folder,
-                  keys=some(sorted(info["unexpected_keys"])))
-
-
-def _page_in(model: torch.nn.Module) -> None:
-    """Touch every weight once. transformers maps safetensors files lazily, so without this the
-    load would look small and the first requests would fault the weights in one page at a
-    time; with it, the measured size is the real one and unloading returns all of it."""
-    with torch.inference_mode():
-        for tensor in (*model.parameters(), *model.buffers()):
-            if tensor.device.type == "cpu" and tensor.numel():
-                tensor.sum()
-
-
-def _import_factory(target: str, folder: Path) -> Any:
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise RuntimeError(f"module = {target!r} must look like 'package.module:factory'")
-    if str(folder) not in sys.path:
-        sys.path.append(str(folder))  # a module next to the weights is importable
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RuntimeError(f"cannot import module {module_name!r}: {exc}") from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise RuntimeError(f"module {module_name!r} has no callable {attr!r}")
-    return factory
-
-
-def _require(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise RuntimeError(
-            f"{exc}; torch models need the extra: pip install 'snoozeml[torch]'"
-        ) from exc
-
-
-def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
-    transformers = _require("transformers")
-    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
-
 
 class TorchBackend:
     def __init__(self, threads: int) -> None:
         self.threads = threads
+
+    def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
+        return torch_file_sizes_blocking(spec.path)
+
+    def memory_device(self, spec: ModelConfig, gpus: Sequence[str]) -> str:
+        """The GPU the model asks for ("auto" and "cuda" mean cuda:0) when it is present;
+        otherwise the host, which MPS shares too."""
+        return requested_gpu(spec.device, gpus)
 
     def prepare_blocking(self, spec: ModelConfig) -> None:
         """Import what the model's code needs (memory that stays after an unload), so the
         load's measurement counts only the model."""
         if spec.path.is_dir():
             self._check_folder(spec.path)
-            _model_class(spec.path, spec.task)
+            model_class(spec.path, spec.task)
         elif spec.module:
-            _import_factory(spec.module, spec.path.parent)
+            import_factory(spec.module, spec.path.parent)
 
     def load_blocking(self, spec: ModelConfig) -> HuggingFaceInstance | StateDictInstance:
         if self.threads > 0:
@@ -469,6 +63,14 @@ class TorchBackend:
             self._check_folder(spec.path)
             return HuggingFaceInstance(spec)
         return StateDictInstance(spec)
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """An allocator's failure, or torch's OutOfMemoryError (torch.cuda's in older torch,
+        matched by name; the top-level class where this torch has it)."""
+        if looks_out_of_memory(exc) or type(exc).__name__ == "OutOfMemoryError":
+            return True
+        out_of_memory = getattr(torch, "OutOfMemoryError", None)
+        return isinstance(out_of_memory, type) and isinstance(exc, out_of_memory)
 
     @staticmethod
     def _check_folder(folder: Path) -> None:

@@ -1,14 +1,34 @@
-"""A backend that always fails to load, with a message saying why (e.g. a missing extra)."""
+"""A backend that always fails to load, with a message saying why (e.g. a missing extra).
+
+Everything else answers without touching a runtime: such a model is listed and sized like any
+other, and its load fails with the reason.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from snoozeml.config import ModelConfig
-from snoozeml.runtime.base import Instance
+from snoozeml.runtime.base import FileSizes, Instance
+from snoozeml.runtime.files import bytes_on_disk
 
 
 class UnavailableBackend:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
+    def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
+        """The bytes under the model's path (0 when it is missing): never raises."""
+        return FileSizes(bytes_on_disk(spec.path), 0)
+
+    def memory_device(self, spec: ModelConfig, gpus: Sequence[str]) -> str:
+        return "cpu"
+
+    def prepare_blocking(self, spec: ModelConfig) -> None:
+        pass
+
     def load_blocking(self, spec: ModelConfig) -> Instance:
         raise RuntimeError(self.reason)
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        return False

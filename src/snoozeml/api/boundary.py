@@ -1,0 +1,155 @@
+"""The one request boundary both transports share.
+
+Every public operation, over HTTP (the fast path and the FastAPI routes alike) and gRPC,
+starts a `Call` here and ends it here: `succeeded`, `cancelled` (the client left), or `failed`
+with the exception that ended it. `failed` is the one place that turns an error into an answer
+(the HTTP status, the gRPC code, the message, and Retry-After or its gRPC trailers); each
+transport only writes that answer in its own framing. Every ending is published as one
+`RequestFinished` event, which is what the request log, the counters of `/admin/status` (and
+later metrics) read: no transport logs or counts a request itself. Auth will check a call's
+operation here, before the work starts.
+
+Domain errors never carry transport codes: the mapping is `ERRORS`, below.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from snoozeml.engine.events import EventBus, RequestFinished
+from snoozeml.errors import (
+    BackendError,
+    ConfigError,
+    InvalidInput,
+    ModelNotFound,
+    QueueFull,
+    RequestTooLarge,
+    SnoozeError,
+    Unavailable,
+    Unsupported,
+    describe_exception,
+)
+from snoozeml.operations import Operation
+
+_Code = grpc.StatusCode
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    outcome: str  # the `outcome` of RequestFinished (and later the metrics label)
+    http_status: int
+    grpc_code: grpc.StatusCode
+
+
+# Most specific first; the first class an error is an instance of wins.
+ERRORS: tuple[tuple[type[SnoozeError], ErrorKind], ...] = (
+    (InvalidInput, ErrorKind("invalid_input", 400, _Code.INVALID_ARGUMENT)),
+    (ModelNotFound, ErrorKind("not_found", 404, _Code.NOT_FOUND)),
+    (RequestTooLarge, ErrorKind("too_large", 413, _Code.RESOURCE_EXHAUSTED)),
+    (QueueFull, ErrorKind("queue_full", 503, _Code.RESOURCE_EXHAUSTED)),
+    (Unsupported, ErrorKind("unsupported", 501, _Code.UNIMPLEMENTED)),
+    (Unavailable, ErrorKind("unavailable", 503, _Code.UNAVAILABLE)),
+    (BackendError, ErrorKind("backend_error", 500, _Code.INTERNAL)),
+    (ConfigError, ErrorKind("config_error", 500, _Code.INTERNAL)),
+)
+# A SnoozeError the table does not name, and any other exception (a bug: logged with its
+# traceback at debug level).
+OTHER_DOMAIN_ERROR = ErrorKind("error", 500, _Code.INTERNAL)
+UNEXPECTED = ErrorKind("internal", 500, _Code.INTERNAL)
+CLIENT_CLOSED = 499  # the status a cancelled call is recorded with (nginx's)
+
+
+def error_kind(exc: BaseException) -> ErrorKind:
+    if not isinstance(exc, SnoozeError):
+        return UNEXPECTED
+    for kind, found in ERRORS:
+        if isinstance(exc, kind):
+            return found
+    return OTHER_DOMAIN_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """How a failed call is answered, for either transport to write."""
+
+    http_status: int
+    grpc_code: grpc.StatusCode
+    message: str
+    retry_after: int | None  # whole seconds, at least 1, for errors worth retrying
+
+    def http_headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(self.retry_after)}
+
+    def grpc_trailers(self) -> tuple[tuple[str, str], ...]:
+        """`retry-after` (seconds, as HTTP's header) and `grpc-retry-pushback-ms`, which a
+        gRPC client with a retry policy honours before its next attempt."""
+        if self.retry_after is None:
+            return ()
+        return (("retry-after", str(self.retry_after)),
+                ("grpc-retry-pushback-ms", str(self.retry_after * 1000)))
+
+
+def answer_for(exc: BaseException) -> ErrorAnswer:
+    """The answer to a call that ended with `exc`. Pure: no logging, no event."""
+    kind = error_kind(exc)
+    if isinstance(exc, SnoozeError):
+        message = exc.message
+    else:
+        message = f"internal error: {describe_exception(exc)}"
+    retry_after = None
+    if isinstance(exc, Unavailable):
+        retry_after = max(1, math.ceil(exc.retry_after))
+    return ErrorAnswer(kind.http_status, kind.grpc_code, message, retry_after)
+
+
+class Call:
+    """One request between its start and its answer. End it exactly once."""
+
+    __slots__ = ("_events", "model", "operation", "protocol", "started")
+
+    def __init__(
+        self, events: EventBus, operation: Operation, protocol: str, model: str | None
+    ) -> None:
+        self._events = events
+        self.operation = operation
+        self.protocol = protocol
+        self.model = model
+        self.started = time.perf_counter()
+
+    def succeeded(self, status: int = 200) -> None:
+        """Answered as asked (`status`: the HTTP status it had, e.g. 503 for "not ready")."""
+        self._finish("ok", status, None)
+
+    def cancelled(self) -> None:
+        """The client went away (or the server cut the call off) before an answer."""
+        self._finish("cancelled", CLIENT_CLOSED, None)
+
+    def failed(self, exc: BaseException) -> ErrorAnswer:
+        """The answer for `exc`; the failure is published (and so logged) once, here."""
+        answer = answer_for(exc)
+        kind = error_kind(exc)
+        if kind is UNEXPECTED:
+            logging.getLogger("snoozeml").debug("traceback", exc_info=exc)
+        self._finish(kind.outcome, answer.http_status, answer.message)
+        return answer
+
+    def _finish(self, outcome: str, status: int, error: str | None) -> None:
+        self._events.publish(RequestFinished(
+            self.operation, self.protocol, self.model, outcome, status,
+            time.perf_counter() - self.started, error,
+        ))
+
+
+class RequestBoundary:
+    def __init__(self, events: EventBus) -> None:
+        self._events = events
+
+    def begin(self, operation: Operation, protocol: str, model: str | None = None) -> Call:
+        return Call(self._events, operation, protocol, model)

@@ -1,0 +1,99 @@
+"""`/admin/status` as JSON: the engine's typed snapshot, serialised (timestamps as ISO 8601 UTC
+with milliseconds, durations as numbers). The monitor reads this."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from snoozeml.engine.snapshots import (
+    BatchingSnapshot,
+    DeviceSnapshot,
+    ModelSnapshot,
+    StatusSnapshot,
+)
+
+
+def status_json(snapshot: StatusSnapshot) -> dict[str, Any]:
+    server = snapshot.server
+    return {
+        "server": {
+            "name": server.name,
+            "version": server.version,
+            "started_at": iso_time(server.started_at),
+            "uptime_s": round(server.uptime_s, 3),
+            "draining": server.draining,
+        },
+        "devices": [_device(device) for device in snapshot.devices],
+        "evictions": dict(snapshot.evictions),
+        "models": [_model(model) for model in snapshot.models],
+    }
+
+
+def _device(device: DeviceSnapshot) -> dict[str, Any]:
+    return {
+        "name": device.name,
+        "total_bytes": device.total_bytes,
+        "budget_bytes": device.budget_bytes,
+        "used_bytes": device.used_bytes,
+        "reserved_bytes": device.reserved_bytes,
+        "process_bytes": device.process_bytes,
+    }
+
+
+def _model(model: ModelSnapshot) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "format": model.format,
+        "device": model.device,
+        "pinned": model.pinned,
+        "state": model.state,
+        "reason": model.reason,
+        "replicas": len(model.replicas),
+        "in_flight": model.in_flight,
+        "queued": model.queued,
+        "last_used": iso_time(model.last_used),
+        "expires_at": iso_time(model.expires_at),
+        "idle_timeout_s": model.idle_timeout_s,
+        "predicted_bytes": model.predicted_bytes,
+        "measured_bytes": model.measured_bytes,
+        "resident_bytes": model.resident_bytes,
+        "last_load_ms": model.last_load_ms,
+        "loads": model.loads,
+        "load_failures": model.load_failures,
+        "requests": model.requests,
+        "errors": model.errors,
+        "batching": _batching(model.batching),
+    }
+
+
+def _batching(batching: BatchingSnapshot) -> dict[str, Any]:
+    return {
+        "enabled": batching.enabled,
+        "max_batch_size": batching.max_batch_size,
+        "max_delay_s": batching.max_delay_s,
+        "max_queue": batching.max_queue,
+        "inline": batching.inline,
+        "batches": batching.batches,
+        "requests": batching.requests,
+        "rows": batching.rows,
+        "mean_requests_per_batch": _ratio(batching.requests, batching.batches),
+        "mean_rows_per_batch": _ratio(batching.rows, batching.batches),
+        "largest_batch": batching.largest_batch,
+        "mean_queue_wait_ms": _ratio(batching.queue_wait_s * 1000, batching.requests),
+        "mean_run_ms": _ratio(batching.run_s * 1000, batching.batches),
+        "queue_timeouts": batching.queue_timeouts,
+        "queue_full": batching.queue_full,
+        "dropped": batching.dropped,
+    }
+
+
+def _ratio(a: float, b: int) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def iso_time(stamp: float | None) -> str | None:
+    """Epoch seconds as `2026-12-01T20:41:35.123Z`."""
+    if stamp is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp)) + f".{int(stamp % 1 * 1000):03d}Z"

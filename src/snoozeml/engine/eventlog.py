@@ -1,0 +1,99 @@
+"""The log lines of engine events: one subscriber of the event bus turns each event into its
+structured `event key=value` line (`model_loaded model=minilm ms=84 bytes=1048576 device=cpu`).
+The engine itself logs only failures of its own background tasks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from snoozeml.engine.events import (
+    BatchingDisabled,
+    EngineEvent,
+    Evicting,
+    InlineDisabled,
+    LoadDeferred,
+    LoadFailed,
+    LoadFinished,
+    LoadStarted,
+    OomRetry,
+    RequestFinished,
+    Unloaded,
+)
+from snoozeml.logs import log_event
+
+
+def log_engine_event(event: EngineEvent) -> None:
+    """The bus subscriber: log `event` if it has a line."""
+    handler = _LINES.get(type(event))
+    if handler is not None:
+        handler(event)
+
+
+def _load_started(event: LoadStarted) -> None:
+    log_event("model_loading", model=event.model, path=event.path, device=event.device)
+
+
+def _loaded(event: LoadFinished) -> None:
+    log_event("model_loaded", model=event.model, ms=round(event.seconds * 1000.0, 1),
+              bytes=event.bytes, device=event.device)
+
+
+def _load_failed(event: LoadFailed) -> None:
+    log_event("model_load_failed", logging.WARNING, model=event.model, error=event.error,
+              retry_in_s=event.retry_in)
+
+
+def _deferred(event: LoadDeferred) -> None:
+    log_event("model_load_deferred", logging.WARNING, model=event.model, error=event.error)
+
+
+def _unloaded(event: Unloaded) -> None:
+    log_event("model_unloaded", model=event.model, reason=event.reason,
+              freed_bytes=event.freed_bytes)
+
+
+def _evicting(event: Evicting) -> None:
+    log_event("memory_evicting", model=event.model, device=event.device,
+              needed_bytes=event.needed_bytes, victims=",".join(event.victims))
+
+
+def _oom(event: OomRetry) -> None:
+    if event.phase == "load":
+        log_event("model_load_oom", logging.WARNING, model=event.model, error=event.error)
+    log_event("memory_oom", logging.WARNING, model=event.model, device=event.device,
+              evicting=",".join(event.victims) or "nothing")
+
+
+def _batching_disabled(event: BatchingDisabled) -> None:
+    log_event("batching_disabled", logging.WARNING, model=event.model, reason=event.reason)
+
+
+def _inline_disabled(event: InlineDisabled) -> None:
+    log_event("inline_disabled", logging.INFO, model=event.model, reason=event.reason)
+
+
+def _request(event: RequestFinished) -> None:
+    # Server-side failures only: a client's mistake (4xx) or a feature it asked for that we
+    # lack (501) is answered, not logged; so is a "not ready" answer.
+    if event.outcome in ("ok", "cancelled") or event.status < 500 or event.status == 501:
+        return
+    level = logging.ERROR if event.outcome == "internal" else logging.WARNING
+    fields: dict[str, Any] = {"model": event.model} if event.model is not None else {}
+    log_event("request_failed", level, **fields, status=event.status,
+              operation=event.operation.value, protocol=event.protocol, error=event.error)
+
+
+_LINES: dict[type[EngineEvent], Callable[[Any], None]] = {
+    LoadStarted: _load_started,
+    LoadFinished: _loaded,
+    LoadFailed: _load_failed,
+    LoadDeferred: _deferred,
+    Unloaded: _unloaded,
+    Evicting: _evicting,
+    OomRetry: _oom,
+    BatchingDisabled: _batching_disabled,
+    InlineDisabled: _inline_disabled,
+    RequestFinished: _request,
+}

@@ -1,0 +1,187 @@
+"""InferenceService: everything a transport may ask of the engine, and nothing about HTTP or
+gRPC. Both transports call it through the one request boundary (api/boundary.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from snoozeml import SERVER_NAME, __version__
+from snoozeml.datatypes import ModelMetadata
+from snoozeml.engine.events import Draining, EventBus
+from snoozeml.engine.lifecycle import State
+from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.model import Model
+from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
+from snoozeml.engine.snapshots import (
+    BatchingSnapshot,
+    ModelSnapshot,
+    ReplicaSnapshot,
+    ServerSnapshot,
+    StatusSnapshot,
+)
+from snoozeml.engine.stats import Counters
+from snoozeml.engine.validate import check_request
+from snoozeml.errors import InvalidInput
+
+EXTENSIONS = ("binary_tensor_data", "model_repository")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+class InferenceService:
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+        self.events: EventBus = manager.events
+        self.counters = Counters(manager.models)
+        self.events.subscribe(self.counters)
+        self.draining = False
+        self.started_at = manager.clock.wall()
+
+    def start_draining(self) -> None:
+        """Not ready from now on (in-flight requests still finish)."""
+        self.draining = True
+        self.events.publish(Draining())
+
+    def changed(self) -> asyncio.Event:
+        """Set at the next change of what readiness or health report (take it before
+        reading them)."""
+        return self.events.changed()
+
+    # --- server ----------------------------------------------------------------------------
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
+
+    def server_ready(self) -> bool:
+        return not self.draining
+
+    # --- models ----------------------------------------------------------------------------
+
+    async def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        """The model's inputs, outputs and versions (the first request loads it)."""
+        return await self.manager.get(name, version).metadata()
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Ready unless FAILED: a cold model loads on its next request by design."""
+        return self.manager.get(name, version).state is not State.FAILED
+
+    async def infer(
+        self, name: str, version: str | None, request: InferRequest
+    ) -> InferResponse:
+        model = self.manager.get(name, version)
+        timeout = _timeout_seconds(request.parameters)
+        async with model.lease() as replica:
+            metadata = replica.metadata
+            check_request(request, metadata)
+            inputs = {tensor.name: tensor.data for tensor in request.inputs}
+            replica.validate(inputs)  # the backend's own checks, still before queueing
+            wanted = [out.name for out in request.outputs] if request.outputs else None
+            results = await replica.submit(inputs, wanted, timeout)
+        specs = {spec.name: spec for spec in metadata.outputs}
+        outputs = [
+            InferOutput(out_name, specs[out_name].datatype, tuple(array.shape), array)
+            for out_name, array in results.items()
+        ]
+        return InferResponse(name, version or model.versions[-1], outputs, id=request.id)
+
+    # --- repository ------------------------------------------------------------------------
+
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        entries = [
+            IndexEntry(model.name, model.versions[-1], model.state.value, model.reason)
+            for model in self.manager.models.values()
+        ]
+        return [e for e in entries if e.state == State.READY.value] if ready_only else entries
+
+    async def load(self, name: str, version: str | None = None) -> None:
+        await self.manager.get(name, version).load()
+
+    async def unload(self, name: str, version: str | None = None) -> None:
+        await self.manager.get(name, version).unload("admin")
+
+    # --- status ----------------------------------------------------------------------------
+
+    def snapshot(self) -> StatusSnapshot:
+        now = self.manager.clock.wall()
+        server = ServerSnapshot(SERVER_NAME, __version__, self.started_at,
+                                now - self.started_at, self.draining)
+        models = tuple(self._model_snapshot(model, now)
+                       for model in self.manager.models.values())
+        return StatusSnapshot(server, self.manager.memory.snapshot(),
+                              dict(self.counters.evictions), models)
+
+    def _model_snapshot(self, model: Model, now: float) -> ModelSnapshot:
+        counters = self.counters.model(model.name)
+        replicas = model.replicas
+        policy = replicas.policy
+        conf = model.spec.batching
+        expires_in = model.expires_in()
+        runs_inline = replicas.runs_inline
+        return ModelSnapshot(
+            name=model.name,
+            format=model.spec.format,
+            device=model.device,
+            pinned=model.pinned,
+            state=model.state.value,
+            reason=model.reason,
+            replicas=tuple(
+                ReplicaSnapshot(r.index, r.device, r.in_flight, r.batcher.queued,
+                                r.batcher.runs_inline, r.measured_bytes, r.loaded_at)
+                for r in replicas.replicas
+            ),
+            in_flight=model.in_flight,
+            queued=replicas.queued,
+            last_used=model.last_used,
+            expires_at=now + expires_in if expires_in is not None else None,
+            idle_timeout_s=model.spec.idle_timeout,
+            predicted_bytes=replicas.predicted_bytes,
+            measured_bytes=replicas.measured_bytes,
+            resident_bytes=model.resident_bytes() or 0,
+            last_load_ms=counters.last_load_ms,
+            loads=counters.loads,
+            load_failures=counters.load_failures,
+            requests=counters.requests,
+            errors=counters.errors,
+            batching=BatchingSnapshot(
+                enabled=policy.enabled if policy else conf.max_batch_size > 1,
+                max_batch_size=conf.max_batch_size,
+                max_delay_s=conf.max_delay,
+                max_queue=conf.max_queue,
+                inline=runs_inline,
+                batches=counters.batches,
+                requests=counters.batched_requests,
+                rows=counters.rows,
+                largest_batch=counters.largest_batch,
+                queue_wait_s=counters.queue_wait_s,
+                run_s=counters.run_s,
+                queue_timeouts=counters.queue_timeouts,
+                queue_full=counters.queue_full,
+                dropped=counters.dropped,
+            ),
+        )
+
+
+def _timeout_seconds(parameters: dict[str, Any]) -> float | None:
+    """The OIP `timeout` request parameter (microseconds) in seconds; 0 means none, as in
+    Triton."""
+    value = parameters.get("timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput("parameter 'timeout' must be a non-negative integer of microseconds")
+    return value / 1e6 if value else None

@@ -1,0 +1,91 @@
+"""Typed, immutable pictures of the engine at one moment: the server, each device, each model
+and each of its replicas. The engine builds them; the transports only serialise them
+(`api/status.py` for `/admin/status`). Times are plain numbers: durations in seconds,
+timestamps in seconds since the epoch (`None` when there is none); formatting is the reader's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSnapshot:
+    name: str
+    version: str
+    started_at: float  # epoch seconds
+    uptime_s: float
+    draining: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSnapshot:
+    name: str  # "cpu", "cuda:0", ...
+    total_bytes: int
+    budget_bytes: int
+    used_bytes: int  # held by models (measured, or predicted before the first load)
+    reserved_bytes: int  # held for a load in progress (its peak)
+    process_bytes: int  # what the process uses on the device (RSS for the host)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSnapshot:
+    index: int
+    device: str
+    in_flight: int
+    queued: int
+    inline: bool  # very short batches run on the event loop
+    measured_bytes: int
+    loaded_at: float  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingSnapshot:
+    enabled: bool  # the policy in force (batching may have turned itself off)
+    max_batch_size: int
+    max_delay_s: float
+    max_queue: int
+    inline: bool
+    batches: int
+    requests: int
+    rows: int
+    largest_batch: int  # requests in the largest batch
+    queue_wait_s: float  # summed over requests
+    run_s: float  # summed over batches
+    queue_timeouts: int
+    queue_full: int
+    dropped: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSnapshot:
+    name: str
+    format: str | None  # onnx, torch
+    device: str
+    pinned: bool
+    state: str
+    reason: str
+    replicas: tuple[ReplicaSnapshot, ...]
+    in_flight: int
+    queued: int
+    last_used: float | None  # epoch seconds of the last lease's end
+    expires_at: float | None  # epoch seconds the idle timer will unload it at
+    idle_timeout_s: float | None
+    predicted_bytes: int | None
+    measured_bytes: int | None
+    resident_bytes: int
+    last_load_ms: float | None
+    loads: int
+    load_failures: int
+    requests: int
+    errors: int
+    batching: BatchingSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSnapshot:
+    server: ServerSnapshot
+    devices: tuple[DeviceSnapshot, ...]
+    evictions: Mapping[str, int]  # unload reason (memory_pressure, oom) -> models evicted
+    models: tuple[ModelSnapshot, ...]

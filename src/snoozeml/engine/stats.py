@@ -1,0 +1,123 @@
+"""The counters `/admin/status` shows, kept by one subscriber of the event bus.
+
+Nothing else in the engine counts: the batcher, the replica set and the request boundary
+publish what happened, and this module sums it. Metrics subscribe to the same events and keep
+distributions (every event carries its own durations), so the two never disagree about what
+happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from snoozeml.engine.events import (
+    BatchRun,
+    EngineEvent,
+    Evicting,
+    LoadFailed,
+    LoadFinished,
+    OomRetry,
+    QueueFull,
+    QueueTimedOut,
+    RequestDropped,
+    RequestFinished,
+)
+from snoozeml.operations import Operation
+
+# Outcomes that are not the model's failure: the client left, or named no such model.
+_NOT_ERRORS = frozenset({"ok", "cancelled"})
+
+
+@dataclass(slots=True)
+class ModelCounters:
+    requests: int = 0  # inference requests answered (or abandoned) for the model
+    errors: int = 0  # of those, answered with an error
+    loads: int = 0
+    load_failures: int = 0
+    last_load_ms: float | None = None
+    batches: int = 0
+    batched_requests: int = 0
+    rows: int = 0
+    largest_batch: int = 0
+    queue_wait_s: float = 0.0
+    run_s: float = 0.0
+    queue_timeouts: int = 0
+    queue_full: int = 0
+    dropped: int = 0
+
+
+class Counters:
+    """Subscribe an instance to the bus; read `model(name)` and `evictions`."""
+
+    def __init__(self, models: Iterable[str]) -> None:
+        self._models = {name: ModelCounters() for name in models}
+        self.evictions: dict[str, int] = {}
+
+    def model(self, name: str) -> ModelCounters:
+        return self._models[name]
+
+    def __call__(self, event: EngineEvent) -> None:
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _request(self, event: RequestFinished) -> None:
+        if event.operation is not Operation.INFER or event.outcome == "not_found":
+            return
+        counters = self._models.get(event.model or "")
+        if counters is not None:
+            counters.requests += 1
+            if event.outcome not in _NOT_ERRORS:
+                counters.errors += 1
+
+    def _batch(self, event: BatchRun) -> None:
+        counters = self._models[event.model]
+        requests = len(event.queue_seconds)
+        counters.batches += 1
+        counters.batched_requests += requests
+        counters.rows += event.rows
+        counters.largest_batch = max(counters.largest_batch, requests)
+        counters.queue_wait_s += sum(event.queue_seconds)
+        counters.run_s += event.run_seconds
+
+    def _loaded(self, event: LoadFinished) -> None:
+        counters = self._models[event.model]
+        counters.loads += 1
+        counters.last_load_ms = event.seconds * 1000.0
+
+    def _load_failed(self, event: LoadFailed) -> None:
+        self._models[event.model].load_failures += 1
+
+    def _queue_full(self, event: QueueFull) -> None:
+        self._models[event.model].queue_full += 1
+
+    def _timed_out(self, event: QueueTimedOut) -> None:
+        self._models[event.model].queue_timeouts += 1
+
+    def _dropped(self, event: RequestDropped) -> None:
+        self._models[event.model].dropped += 1
+
+    def _evicting(self, event: Evicting) -> None:
+        self._evicted("memory_pressure", len(event.victims))
+
+    def _oom(self, event: OomRetry) -> None:
+        self._evicted("oom", len(event.victims))
+
+    def _evicted(self, reason: str, count: int) -> None:
+        if count:
+            self.evictions[reason] = self.evictions.get(reason, 0) + count
+
+
+_HANDLERS: dict[type[EngineEvent], Callable[[Counters, Any], None]] = {
+    RequestFinished: Counters._request,
+    BatchRun: Counters._batch,
+    LoadFinished: Counters._loaded,
+    LoadFailed: Counters._load_failed,
+    QueueFull: Counters._queue_full,
+    QueueTimedOut: Counters._timed_out,
+    RequestDropped: Counters._dropped,
+    Evicting: Counters._evicting,
+    OomRetry: Counters._oom,
+}

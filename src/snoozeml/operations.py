@@ -1,0 +1,114 @@
+"""Every public operation of the daemon, named once, with the HTTP routes and gRPC methods that
+reach it.
+
+This table is the one place where the transports' surfaces meet: `api/rest.py` and
+`api/fastpath.py` serve exactly the HTTP routes listed here, `api/grpc.py` tags each RPC with
+its operation, and a test fails when a route or an RPC exists without an entry (or an entry
+without its route). Whatever applies per operation (the access an operation needs, the
+`operation` label of request metrics, the request log) hooks onto `Operation`, never onto a
+path or a method name.
+
+Pure data: no web or gRPC imports, so the engine may name operations in its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Operation(StrEnum):
+    SERVER_LIVE = "server_live"
+    SERVER_READY = "server_ready"
+    SERVER_METADATA = "server_metadata"
+    MODEL_METADATA = "model_metadata"
+    MODEL_READY = "model_ready"
+    INFER = "infer"
+    REPOSITORY_INDEX = "repository_index"
+    REPOSITORY_LOAD = "repository_load"
+    REPOSITORY_UNLOAD = "repository_unload"
+    ADMIN_STATUS = "admin_status"
+    HEALTH = "health"  # grpc.health.v1: the server ("") or one model
+    REFLECTION = "reflection"  # gRPC server reflection
+    MODEL_STATS = "model_stats"  # the statistics extension: not served yet
+    METRICS = "metrics"  # Prometheus: not served yet
+
+
+class Access(StrEnum):
+    """What an operation exposes, for the roles to decide on: probes anyone may call,
+    reading what is deployed, running models, and changing what is loaded."""
+
+    PROBE = "probe"
+    READ = "read"
+    INFER = "infer"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class OperationSpec:
+    access: Access
+    model_scoped: bool  # the request names a model
+    http: tuple[tuple[str, str], ...] = ()  # (method, path); GET routes answer HEAD too
+    grpc: tuple[str, ...] = ()  # full method names, "/package.Service/Method"
+
+
+_OIP = "/inference.GRPCInferenceService/"
+_VERSIONED = "/v2/models/{name}/versions/{version}"
+
+
+def _get(*paths: str) -> tuple[tuple[str, str], ...]:
+    return tuple(("GET", path) for path in paths)
+
+
+def _post(*paths: str) -> tuple[tuple[str, str], ...]:
+    return tuple(("POST", path) for path in paths)
+
+
+OPERATIONS: Mapping[Operation, OperationSpec] = {
+    Operation.SERVER_LIVE: OperationSpec(
+        Access.PROBE, False, _get("/v2/health/live", "/health/live"), (_OIP + "ServerLive",)),
+    Operation.SERVER_READY: OperationSpec(
+        Access.PROBE, False, _get("/v2/health/ready", "/health/ready"),
+        (_OIP + "ServerReady",)),
+    Operation.SERVER_METADATA: OperationSpec(
+        Access.READ, False, _get("/v2"), (_OIP + "ServerMetadata",)),
+    Operation.MODEL_METADATA: OperationSpec(
+        Access.READ, True, _get("/v2/models/{name}", _VERSIONED), (_OIP + "ModelMetadata",)),
+    Operation.MODEL_READY: OperationSpec(
+        Access.READ, True, _get("/v2/models/{name}/ready", _VERSIONED + "/ready"),
+        (_OIP + "ModelReady",)),
+    Operation.INFER: OperationSpec(
+        Access.INFER, True, _post("/v2/models/{name}/infer", _VERSIONED + "/infer"),
+        (_OIP + "ModelInfer",)),
+    Operation.REPOSITORY_INDEX: OperationSpec(
+        Access.READ, False, _post("/v2/repository/index"), (_OIP + "RepositoryIndex",)),
+    Operation.REPOSITORY_LOAD: OperationSpec(
+        Access.ADMIN, True,
+        _post("/v2/repository/models/{name}/load",
+              "/v2/repository/models/{name}/versions/{version}/load"),
+        (_OIP + "RepositoryModelLoad",)),
+    Operation.REPOSITORY_UNLOAD: OperationSpec(
+        Access.ADMIN, True,
+        _post("/v2/repository/models/{name}/unload",
+              "/v2/repository/models/{name}/versions/{version}/unload"),
+        (_OIP + "RepositoryModelUnload",)),
+    Operation.ADMIN_STATUS: OperationSpec(Access.READ, False, _get("/admin/status")),
+    Operation.HEALTH: OperationSpec(
+        Access.PROBE, False, (), ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")),
+    Operation.REFLECTION: OperationSpec(
+        Access.READ, False, (),
+        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",)),
+    Operation.MODEL_STATS: OperationSpec(Access.READ, True),
+    Operation.METRICS: OperationSpec(Access.READ, False),
+}
+
+
+def operation_for_rpc(method: str) -> Operation:
+    """The operation of a full gRPC method name; KeyError for one the table lacks."""
+    return _BY_RPC[method]
+
+
+_BY_RPC: dict[str, Operation] = {
+    rpc: operation for operation, spec in OPERATIONS.items() for rpc in spec.grpc
+}

@@ -1,0 +1,27 @@
+"""Which backend serves a model: chosen by its format, imported only when a model needs it, so
+a daemon serving ONNX alone never imports torch."""
+
+from __future__ import annotations
+
+from snoozeml.config import ModelConfig
+from snoozeml.runtime.base import Backend
+from snoozeml.runtime.unavailable import UnavailableBackend
+
+
+def backend_for(spec: ModelConfig) -> Backend:
+    """The backend that serves `spec.format`, or one whose loads fail saying why not (an
+    unknown format, or torch models without the torch extra installed)."""
+    if spec.format == "onnx":
+        from snoozeml.runtime.onnx import OnnxBackend
+
+        return OnnxBackend()
+    if spec.format == "torch":
+        try:
+            from snoozeml.runtime.torch import TorchBackend
+        except ImportError as exc:
+            reason = str(exc)
+            if "snoozeml[torch]" not in reason:  # runtime/torch.py's own message names it
+                reason += "; torch models need the extra: pip install 'snoozeml[torch]'"
+            return UnavailableBackend(reason)
+        return TorchBackend(spec.intra_op_threads)
+    return UnavailableBackend(f"model format {spec.format!r} is not supported")
