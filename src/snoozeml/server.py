@@ -20,7 +20,7 @@ from snoozeml.api.fastpath import InferenceRoute
 from snoozeml.api.grpc import create_grpc_server
 from snoozeml.api.rest import create_app
 from snoozeml.config import Config
-from snoozeml.engine.eventlog import log_engine_event
+from snoozeml.engine.eventlog import subscribe_logs
 from snoozeml.engine.events import EventBus
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.service import InferenceService
@@ -48,7 +48,7 @@ class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.events = EventBus()
-        self.events.subscribe(log_engine_event)
+        subscribe_logs(self.events)
         # Metrics, the dashboard's recent events and the autoscaler subscribe here too.
         self.manager = ModelManager(config, self.events)
         self.service = InferenceService(self.manager)

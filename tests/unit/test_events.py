@@ -81,6 +81,8 @@ def infer_finished(model: str, outcome: str, status: int = 200) -> RequestFinish
 
 def test_counters_sum_what_the_events_say() -> None:
     counters = Counters(["m", "other"])
+    bus = EventBus()
+    counters.subscribe(bus)
     for event in (
         infer_finished("m", "ok"),
         infer_finished("m", "invalid_input", 400),
@@ -99,7 +101,7 @@ def test_counters_sum_what_the_events_say() -> None:
         OomRetry("other", "cpu", "run", "out of memory", ("a", "b")),
         OomRetry("other", "cpu", "run", "out of memory", ()),
     ):
-        counters(event)
+        bus.publish(event)
     m = counters.model("m")
     assert (m.requests, m.errors) == (3, 1)
     assert (m.batches, m.batched_requests, m.rows, m.largest_batch) == (2, 3, 6, 2)

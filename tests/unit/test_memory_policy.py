@@ -256,7 +256,7 @@ class Watched:
     def __init__(self, bus: EventBus) -> None:
         self.bus = bus
         self.counters = Counters([])
-        bus.subscribe(self.counters)
+        self.counters.subscribe(bus)
 
 
 _WATCHED: weakref.WeakKeyDictionary[MemoryManager, Watched] = weakref.WeakKeyDictionary()

@@ -188,9 +188,17 @@ class Batcher:
 
     async def _dispatch(self, batch: list[Pending]) -> None:
         started = self._clock()
+        rows = 0
+        waits = []
+        requests = []
+        for pending in batch:  # one pass: this runs for every batch
+            rows += pending.rows
+            waits.append(started - pending.enqueued_at)
+            requests.append(pending.inputs)
+        outputs = batch[0].outputs
         inline = False
         try:
-            parts, inline = await self._run(batch)
+            parts, inline = await self._run(requests, rows, outputs)
         except Exception as exc:
             if not self._hooks.is_out_of_memory(exc):
                 self._fail(batch, exc)
@@ -198,7 +206,7 @@ class Batcher:
             # Reactive protection: make room by evicting idle models, then retry once.
             try:
                 await self._hooks.relieve_oom(exc)
-                parts, inline = await self._run(batch)
+                parts, inline = await self._run(requests, rows, outputs)
             except Exception as again:
                 if self._hooks.is_out_of_memory(again):
                     again = MemoryExhausted(
@@ -208,19 +216,16 @@ class Batcher:
                 self._fail(batch, again)
                 return
         finally:
-            self._events.publish(BatchRun(
-                self.model, self.replica, sum(p.rows for p in batch),
-                tuple(started - p.enqueued_at for p in batch), self._clock() - started, inline,
-            ))
+            self._events.publish(BatchRun(self.model, self.replica, rows, tuple(waits),
+                                          self._clock() - started, inline))
         for pending, part in zip(batch, parts, strict=True):
             if not pending.future.done():
                 pending.future.set_result(part)
 
-    async def _run(self, batch: list[Pending]) -> tuple[list[Arrays], bool]:
+    async def _run(
+        self, requests: list[Arrays], rows: int, outputs: Sequence[str] | None
+    ) -> tuple[list[Arrays], bool]:
         """Each request's outputs, and whether the run was inline."""
-        outputs = batch[0].outputs
-        rows = sum(p.rows for p in batch)
-        requests = [p.inputs for p in batch]
         instance = self._instance
         try:
             if self._inline.allows(rows):

@@ -11,6 +11,7 @@ from typing import Any
 from snoozeml.engine.events import (
     BatchingDisabled,
     EngineEvent,
+    EventBus,
     Evicting,
     InlineDisabled,
     LoadDeferred,
@@ -24,11 +25,9 @@ from snoozeml.engine.events import (
 from snoozeml.logs import log_event
 
 
-def log_engine_event(event: EngineEvent) -> None:
-    """The bus subscriber: log `event` if it has a line."""
-    handler = _LINES.get(type(event))
-    if handler is not None:
-        handler(event)
+def subscribe_logs(bus: EventBus) -> Callable[[], None]:
+    """Log every event that has a line; returns the unsubscribe."""
+    return bus.subscribe_each(_LINES)
 
 
 def _load_started(event: LoadStarted) -> None:
@@ -85,7 +84,7 @@ def _request(event: RequestFinished) -> None:
               operation=event.operation.value, protocol=event.protocol, error=event.error)
 
 
-_LINES: dict[type[EngineEvent], Callable[[Any], None]] = {
+_LINES: dict[type[EngineEvent], Callable[[Any], None]] = {  # one line per kind
     LoadStarted: _load_started,
     LoadFinished: _loaded,
     LoadFailed: _load_failed,

@@ -8,6 +8,8 @@ subscribe. Nothing in the engine counts or logs these things in place. Whoever w
 Invariants:
 - Events are published on the event loop, synchronously: a subscriber sees them in order, and
   the state they describe is already in place when it runs.
+- An event is a value: nobody changes it once published. (They are not frozen dataclasses
+  only because those cost five times as much to build, and three are built per request.)
 - A subscriber that raises is logged and skipped; it never fails the publisher.
 """
 
@@ -15,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from snoozeml.engine.lifecycle import State
 from snoozeml.errors import describe_exception
@@ -25,7 +27,7 @@ from snoozeml.logs import log_event
 from snoozeml.operations import Operation
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EngineEvent:
     """Base of every event. `wakes`: whether it may free memory or change what a health
     check answers, i.e. whether `changed()` waiters should look again."""
@@ -36,7 +38,7 @@ class EngineEvent:
 # --- lifecycle --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StateChanged(EngineEvent):
     wakes: ClassVar[bool] = True
     model: str
@@ -44,7 +46,7 @@ class StateChanged(EngineEvent):
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadStarted(EngineEvent):
     """Memory was admitted and the backend starts building the instance."""
 
@@ -54,7 +56,7 @@ class LoadStarted(EngineEvent):
     path: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadFinished(EngineEvent):
     model: str
     replica: int
@@ -63,7 +65,7 @@ class LoadFinished(EngineEvent):
     bytes: int  # measured on the device
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadFailed(EngineEvent):
     """The model is FAILED until `retry_in` seconds have passed (or an explicit load)."""
 
@@ -73,7 +75,7 @@ class LoadFailed(EngineEvent):
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadDeferred(EngineEvent):
     """No memory could be freed in time: the model is back to UNLOADED, not broken."""
 
@@ -81,7 +83,7 @@ class LoadDeferred(EngineEvent):
     error: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unloaded(EngineEvent):
     wakes: ClassVar[bool] = True
     model: str
@@ -89,7 +91,7 @@ class Unloaded(EngineEvent):
     freed_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ModelIdle(EngineEvent):
     """The model's last lease ended: it may be evicted now."""
 
@@ -100,7 +102,7 @@ class ModelIdle(EngineEvent):
 # --- memory -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Evicting(EngineEvent):
     """Idle models unloaded (reason memory_pressure) to make room for `model`'s load."""
 
@@ -110,7 +112,7 @@ class Evicting(EngineEvent):
     victims: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OomRetry(EngineEvent):
     """`model` ran out of memory while loading or running: every idle model on its device is
     unloaded (reason oom) and the load or batch is tried once more."""
@@ -125,7 +127,7 @@ class OomRetry(EngineEvent):
 # --- batching ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchRun(EngineEvent):
     model: str
     replica: int
@@ -135,33 +137,33 @@ class BatchRun(EngineEvent):
     inline: bool  # ran on the event loop (see engine/inline.py)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueFull(EngineEvent):
     model: str
     queued: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueTimedOut(EngineEvent):
     """A request's own `timeout` passed while it was queued; it never ran."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestDropped(EngineEvent):
     """A queued request's client went away; it never ran."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchingDisabled(EngineEvent):
     model: str
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InlineDisabled(EngineEvent):
     model: str
     reason: str
@@ -170,12 +172,12 @@ class InlineDisabled(EngineEvent):
 # --- server and requests ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Draining(EngineEvent):
     wakes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestFinished(EngineEvent):
     """One public operation answered (or abandoned), from the transports' shared boundary."""
 
@@ -193,25 +195,53 @@ Subscriber = Callable[[EngineEvent], None]
 
 class EventBus:
     def __init__(self) -> None:
-        self._subscribers: tuple[Subscriber, ...] = ()
+        self._subscriptions: list[tuple[Subscriber, frozenset[type[EngineEvent]] | None]] = []
+        self._routes: dict[type[EngineEvent], tuple[Subscriber, ...]] = {}
         self._changed: asyncio.Event | None = None
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Call `subscriber` with every event from now on; returns the unsubscribe."""
-        self._subscribers = (*self._subscribers, subscriber)
+    def subscribe(
+        self, subscriber: Subscriber, kinds: Iterable[type[EngineEvent]] | None = None
+    ) -> Callable[[], None]:
+        """Call `subscriber` with every event from now on (only those of `kinds`, when given);
+        returns the unsubscribe."""
+        entry = (subscriber, frozenset(kinds) if kinds is not None else None)
+        self._subscriptions.append(entry)
+        self._routes.clear()
 
         def unsubscribe() -> None:
-            self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+            if entry in self._subscriptions:
+                self._subscriptions.remove(entry)
+                self._routes.clear()
+
+        return unsubscribe
+
+    def subscribe_each(
+        self, handlers: Mapping[type[EngineEvent], Callable[[Any], None]]
+    ) -> Callable[[], None]:
+        """Subscribe one handler per kind of event, each called with events of its kind only
+        (no dispatch of its own per event); returns the unsubscribe of them all."""
+        cancels = [self.subscribe(handler, (kind,)) for kind, handler in handlers.items()]
+
+        def unsubscribe() -> None:
+            for cancel in cancels:
+                cancel()
 
         return unsubscribe
 
     def publish(self, event: EngineEvent) -> None:
-        for subscriber in self._subscribers:
+        kind = type(event)
+        routes = self._routes.get(kind)
+        if routes is None:
+            routes = self._routes[kind] = tuple(
+                subscriber for subscriber, kinds in self._subscriptions
+                if kinds is None or kind in kinds
+            )
+        for subscriber in routes:
             try:
                 subscriber(event)
             except Exception as exc:  # a subscriber's bug must not fail the engine
                 log_event("event_subscriber_failed", logging.ERROR,
-                          kind=type(event).__name__, error=describe_exception(exc))
+                          kind=kind.__name__, error=describe_exception(exc))
         if event.wakes and self._changed is not None:
             changed, self._changed = self._changed, None
             changed.set()

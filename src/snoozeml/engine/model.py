@@ -60,8 +60,14 @@ class Lease:
         self.replica: Replica | None = None
 
     async def __aenter__(self) -> Replica:
-        self.replica = await self._model._acquire()
-        return self.replica
+        model = self._model
+        if model._state is State.READY:  # the hot path: no coroutine or call more
+            replica = self.replica = model.replicas.pick()
+            replica.in_flight += 1
+            model._in_flight += 1
+        else:
+            replica = self.replica = await model._acquire_slow()
+        return replica
 
     async def __aexit__(
         self,
@@ -169,13 +175,12 @@ class Model:
     def lease(self) -> Lease:
         return Lease(self)
 
-    async def _acquire(self) -> Replica:
-        if self._state is State.READY:
-            replica = self.replicas.pick()
-            replica.in_flight += 1
-            self._in_flight += 1
-            return replica
-        return await self._acquire_slow()
+    def _take(self) -> Replica:
+        """A lease on a replica of the READY model."""
+        replica = self.replicas.pick()
+        replica.in_flight += 1
+        self._in_flight += 1
+        return replica
 
     async def _acquire_slow(self) -> Replica:
         timeout = self.spec.load_timeout
@@ -185,7 +190,7 @@ class Model:
         while True:
             state = self._state
             if state is State.READY:
-                return await self._acquire()
+                return self._take()
             if state is State.UNLOADING and self._unload_task is not None:
                 await asyncio.shield(self._unload_task)
                 continue

@@ -4,7 +4,7 @@ halves of building and closing one (they run on the loader threads)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,12 +44,12 @@ class Replica:
         """The backend's own checks of one request, before it is queued."""
         self.instance.validate_inputs(inputs)
 
-    async def submit(
+    def submit(
         self, inputs: Arrays, outputs: Sequence[str] | None, queue_timeout: float | None
-    ) -> Arrays:
+    ) -> Awaitable[Arrays]:
         """Run one validated request through the replica's batch queue (the caller holds a
-        lease on this replica)."""
-        return await self.batcher.submit(inputs, outputs, queue_timeout)
+        lease on this replica). The batcher's own coroutine: no layer more per request."""
+        return self.batcher.submit(inputs, outputs, queue_timeout)
 
 
 def load_instance_blocking(backend: Backend, spec: ModelConfig) -> Instance:

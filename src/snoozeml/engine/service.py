@@ -48,7 +48,7 @@ class InferenceService:
         self.manager = manager
         self.events: EventBus = manager.events
         self.counters = Counters(manager.models)
-        self.events.subscribe(self.counters)
+        self.counters.subscribe(self.events)
         self.draining = False
         self.started_at = manager.clock.wall()
 
@@ -89,9 +89,9 @@ class InferenceService:
             metadata = replica.metadata
             check_request(request, metadata)
             inputs = {tensor.name: tensor.data for tensor in request.inputs}
-            replica.validate(inputs)  # the backend's own checks, still before queueing
+            replica.instance.validate_inputs(inputs)  # the backend's checks, before queueing
             wanted = [out.name for out in request.outputs] if request.outputs else None
-            results = await replica.submit(inputs, wanted, timeout)
+            results = await replica.batcher.submit(inputs, wanted, timeout)
         specs = {spec.name: spec for spec in metadata.outputs}
         outputs = [
             InferOutput(out_name, specs[out_name].datatype, tuple(array.shape), array)

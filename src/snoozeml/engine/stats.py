@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from snoozeml.engine.events import (
     BatchRun,
-    EngineEvent,
+    EventBus,
     Evicting,
     LoadFailed,
     LoadFinished,
@@ -49,19 +48,27 @@ class ModelCounters:
 
 
 class Counters:
-    """Subscribe an instance to the bus; read `model(name)` and `evictions`."""
+    """`subscribe` it to the bus; read `model(name)` and `evictions`."""
 
     def __init__(self, models: Iterable[str]) -> None:
         self._models = {name: ModelCounters() for name in models}
         self.evictions: dict[str, int] = {}
 
+    def subscribe(self, bus: EventBus) -> Callable[[], None]:
+        return bus.subscribe_each({
+            RequestFinished: self._request,
+            BatchRun: self._batch,
+            LoadFinished: self._loaded,
+            LoadFailed: self._load_failed,
+            QueueFull: self._queue_full,
+            QueueTimedOut: self._timed_out,
+            RequestDropped: self._dropped,
+            Evicting: self._evicting,
+            OomRetry: self._oom,
+        })
+
     def model(self, name: str) -> ModelCounters:
         return self._models[name]
-
-    def __call__(self, event: EngineEvent) -> None:
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event)
 
     def _request(self, event: RequestFinished) -> None:
         if event.operation is not Operation.INFER or event.outcome == "not_found":
@@ -108,16 +115,3 @@ class Counters:
     def _evicted(self, reason: str, count: int) -> None:
         if count:
             self.evictions[reason] = self.evictions.get(reason, 0) + count
-
-
-_HANDLERS: dict[type[EngineEvent], Callable[[Counters, Any], None]] = {
-    RequestFinished: Counters._request,
-    BatchRun: Counters._batch,
-    LoadFinished: Counters._loaded,
-    LoadFailed: Counters._load_failed,
-    QueueFull: Counters._queue_full,
-    QueueTimedOut: Counters._timed_out,
-    RequestDropped: Counters._dropped,
-    Evicting: Counters._evicting,
-    OomRetry: Counters._oom,
-}
