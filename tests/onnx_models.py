@@ -323,6 +323,22 @@ def write_run_failure_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def write_flatten_model(path: Path) -> Path:
+    """A model whose output does not follow the batch although its shapes say it might.
+
+    ``x`` FP32 [batch, 4] -> ``y`` FP32 [n] = Reshape(x, [-1]): 4 values per row, so two
+    requests stacked give one ``y`` that cannot be split back by rows.
+    """
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "flat"], ["y"], name="flatten")],
+        "flatten",
+        [_value("x", TensorProto.FLOAT, ["batch", 4])],
+        [_value("y", TensorProto.FLOAT, ["n"])],
+        [numpy_helper.from_array(np.array([-1], dtype=np.int64), "flat")],
+    )
+    return _save(graph, path)
+
+
 # --- running the models in-process, as references ------------------------------------------
 
 

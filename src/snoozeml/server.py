@@ -74,6 +74,7 @@ class Daemon:
         self._forced_stop: asyncio.Future[None] | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.started = asyncio.Event()  # set once both listeners accept (after server_started)
 
     def request_shutdown(self, signame: str) -> None:
         if self._http.should_exit:
@@ -135,6 +136,7 @@ class Daemon:
         await http.startup(sockets=[sock])
         log_event("server_started", host=server.host, http_port=self.http_port,
                   grpc_port=self.grpc_port, models=len(self.manager.models), pid=os.getpid())
+        self.started.set()
         self.manager.start_preloads()
         try:
             await http.main_loop()

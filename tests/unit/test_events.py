@@ -11,6 +11,7 @@ from snoozeml.engine.events import (
     EngineEvent,
     EventBus,
     Evicting,
+    InferenceDone,
     LoadFailed,
     LoadFinished,
     ModelIdle,
@@ -46,6 +47,25 @@ def test_subscribers_see_every_event_in_order_until_they_unsubscribe() -> None:
     assert second == [ModelIdle("a"), ModelIdle("b")]
 
 
+def test_a_subscription_to_some_kinds_sees_only_those() -> None:
+    bus = EventBus()
+    idle: list[EngineEvent] = []
+    runs: list[EngineEvent] = []
+    everything: list[EngineEvent] = []
+    bus.subscribe(idle.append, [ModelIdle])
+    unsubscribe = bus.subscribe_each({BatchRun: runs.append, QueueFull: runs.append})
+    bus.subscribe(everything.append)
+    events = [ModelIdle("a"), BatchRun("a", 0, 1, (0.0,), 0.1, False), QueueFull("a", 3),
+              QueueTimedOut("a")]
+    for event in events:
+        bus.publish(event)
+    unsubscribe()
+    bus.publish(QueueFull("a", 4))
+    assert idle == events[:1]
+    assert runs == events[1:3]
+    assert everything == [*events, QueueFull("a", 4)]
+
+
 def test_a_failing_subscriber_neither_fails_the_publisher_nor_starves_the_others() -> None:
     bus = EventBus()
     seen: list[EngineEvent] = []
@@ -75,21 +95,16 @@ def test_changed_is_set_by_state_changing_events_only() -> None:
 # --- counters ------------------------------------------------------------------------------------
 
 
-def infer_finished(model: str, outcome: str, status: int = 200) -> RequestFinished:
-    return RequestFinished(Operation.INFER, "http", model, outcome, status, 0.001)
-
-
 def test_counters_sum_what_the_events_say() -> None:
     counters = Counters(["m", "other"])
     bus = EventBus()
     counters.subscribe(bus)
     for event in (
-        infer_finished("m", "ok"),
-        infer_finished("m", "invalid_input", 400),
-        infer_finished("m", "cancelled", 499),  # the client left: not the model's error
-        infer_finished("m", "not_found", 404),  # a version it does not have: not a request
-        infer_finished("nope", "not_found", 404),
-        RequestFinished(Operation.MODEL_READY, "grpc", "m", "ok", 200, 0.0),  # not inference
+        InferenceDone("m", "ok"),
+        InferenceDone("m", "error"),
+        InferenceDone("m", "cancelled"),  # the client left: not the model's error
+        # What the transports record is theirs (the request log; metrics), not these counters.
+        RequestFinished(Operation.INFER, "http", "m", "invalid_input", 400, 0.0),
         BatchRun("m", 0, 5, (0.002, 0.004), 0.010, False),
         BatchRun("m", 0, 1, (0.001,), 0.005, True),
         LoadFinished("m", 0, "cpu", 0.25, 1000),

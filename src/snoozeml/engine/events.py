@@ -158,6 +158,15 @@ class RequestDropped(EngineEvent):
 
 
 @dataclass(slots=True)
+class InferenceDone(EngineEvent):
+    """An inference request for a known model ended inside the engine (whatever the transport:
+    requests refused before they reach the engine, as undecodable, are only RequestFinished)."""
+
+    model: str
+    outcome: str  # "ok", "error" or "cancelled"
+
+
+@dataclass(slots=True)
 class BatchingDisabled(EngineEvent):
     model: str
     reason: str

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from types import TracebackType
 
@@ -44,6 +45,7 @@ from snoozeml.errors import (
     SnoozeError,
     describe_exception,
 )
+from snoozeml.logs import log_event
 
 DEFAULT_LOAD_TIMEOUT = 300.0
 
@@ -323,14 +325,19 @@ class Model:
 
     async def _unload(self, reason: str) -> None:
         try:
-            self._reason = reason
             self._move(Event.UNLOAD)
             self._idle.cancel()
             if self._in_flight:
                 self._drained = asyncio.Event()
                 await self._drained.wait()
                 self._drained = None
-            freed = await self.replicas.remove_all()
+            try:
+                freed = await self.replicas.remove_all()
+            except Exception as exc:  # the replicas are gone either way; so is the model
+                log_event("unload_failed", logging.ERROR, model=self.name,
+                          error=describe_exception(exc))
+                freed = 0
+            self._reason = reason
             self._move(Event.UNLOADED)
             self._events.publish(Unloaded(self.name, reason, freed))
         finally:

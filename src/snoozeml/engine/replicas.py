@@ -193,13 +193,16 @@ class ReplicaSet:
         probe = self._memory.probe
         # One measured unload per device at a time, so each frees only its own bytes.
         async with self._memory.measuring(self.device):
-            before = probe.used(self.device)
-            for replica in self.replicas:
-                try:
-                    await replica.batcher.stop()
-                    await loop.run_in_executor(self._loader, close_replica_blocking, replica)
-                except Exception as exc:  # the replica is dropped either way
-                    log_event("unload_failed", logging.ERROR, model=self.name,
-                              error=describe_exception(exc))
-            self.replicas.clear()
+            try:
+                before = probe.used(self.device)
+                for replica in self.replicas:
+                    try:
+                        await replica.batcher.stop()
+                        await loop.run_in_executor(self._loader, close_replica_blocking,
+                                                   replica)
+                    except Exception as exc:  # the replica is dropped either way
+                        log_event("unload_failed", logging.ERROR, model=self.name,
+                                  error=describe_exception(exc))
+            finally:
+                self.replicas.clear()
             return max(before - probe.used(self.device), 0)

@@ -9,7 +9,7 @@ from typing import Any
 
 from snoozeml import SERVER_NAME, __version__
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.events import Draining, EventBus
+from snoozeml.engine.events import Draining, EventBus, InferenceDone
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
@@ -84,14 +84,22 @@ class InferenceService:
         self, name: str, version: str | None, request: InferRequest
     ) -> InferResponse:
         model = self.manager.get(name, version)
-        timeout = _timeout_seconds(request.parameters)
-        async with model.lease() as replica:
-            metadata = replica.metadata
-            check_request(request, metadata)
-            inputs = {tensor.name: tensor.data for tensor in request.inputs}
-            replica.instance.validate_inputs(inputs)  # the backend's checks, before queueing
-            wanted = [out.name for out in request.outputs] if request.outputs else None
-            results = await replica.batcher.submit(inputs, wanted, timeout)
+        try:
+            timeout = _timeout_seconds(request.parameters)
+            async with model.lease() as replica:
+                metadata = replica.metadata
+                check_request(request, metadata)
+                inputs = {tensor.name: tensor.data for tensor in request.inputs}
+                replica.instance.validate_inputs(inputs)  # the backend's checks, before queueing
+                wanted = [out.name for out in request.outputs] if request.outputs else None
+                results = await replica.batcher.submit(inputs, wanted, timeout)
+        except asyncio.CancelledError:  # the client left: not the model's error
+            self.events.publish(InferenceDone(name, "cancelled"))
+            raise
+        except Exception:
+            self.events.publish(InferenceDone(name, "error"))
+            raise
+        self.events.publish(InferenceDone(name, "ok"))
         specs = {spec.name: spec for spec in metadata.outputs}
         outputs = [
             InferOutput(out_name, specs[out_name].datatype, tuple(array.shape), array)

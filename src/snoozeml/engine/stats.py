@@ -1,7 +1,7 @@
 """The counters `/admin/status` shows, kept by one subscriber of the event bus.
 
-Nothing else in the engine counts: the batcher, the replica set and the request boundary
-publish what happened, and this module sums it. Metrics subscribe to the same events and keep
+Nothing else in the engine counts: the service, the batcher and the replica set publish what
+happened, and this module sums it. Metrics subscribe to the same events and keep
 distributions (every event carries its own durations), so the two never disagree about what
 happened.
 """
@@ -15,24 +15,20 @@ from snoozeml.engine.events import (
     BatchRun,
     EventBus,
     Evicting,
+    InferenceDone,
     LoadFailed,
     LoadFinished,
     OomRetry,
     QueueFull,
     QueueTimedOut,
     RequestDropped,
-    RequestFinished,
 )
-from snoozeml.operations import Operation
-
-# Outcomes that are not the model's failure: the client left, or named no such model.
-_NOT_ERRORS = frozenset({"ok", "cancelled"})
 
 
 @dataclass(slots=True)
 class ModelCounters:
-    requests: int = 0  # inference requests answered (or abandoned) for the model
-    errors: int = 0  # of those, answered with an error
+    requests: int = 0  # inference requests that reached the model (decoded, model known)
+    errors: int = 0  # of those, answered with an error (a client that left is not one)
     loads: int = 0
     load_failures: int = 0
     last_load_ms: float | None = None
@@ -56,7 +52,7 @@ class Counters:
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
         return bus.subscribe_each({
-            RequestFinished: self._request,
+            InferenceDone: self._inference,
             BatchRun: self._batch,
             LoadFinished: self._loaded,
             LoadFailed: self._load_failed,
@@ -70,14 +66,11 @@ class Counters:
     def model(self, name: str) -> ModelCounters:
         return self._models[name]
 
-    def _request(self, event: RequestFinished) -> None:
-        if event.operation is not Operation.INFER or event.outcome == "not_found":
-            return
-        counters = self._models.get(event.model or "")
-        if counters is not None:
-            counters.requests += 1
-            if event.outcome not in _NOT_ERRORS:
-                counters.errors += 1
+    def _inference(self, event: InferenceDone) -> None:
+        counters = self._models[event.model]
+        counters.requests += 1
+        if event.outcome == "error":
+            counters.errors += 1
 
     def _batch(self, event: BatchRun) -> None:
         counters = self._models[event.model]
