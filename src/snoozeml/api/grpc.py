@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
-from grpc_reflection.v1alpha._async import ReflectionServicer as _AsyncReflection
 
 from snoozeml.api.boundary import Call, RequestBoundary
 from snoozeml.api.grpc_codec import decode_grpc_request, encode_grpc_response, metadata_proto
@@ -67,7 +66,8 @@ def rpc(
     def decorate(method: Handler[Request, Response]) -> Handler[Request, Response]:
         @functools.wraps(method)
         async def bounded(self: Any, request: Request, context: Context) -> Response:
-            call = self.boundary.begin(operation, "grpc", model(request) if model else None)
+            call = self.boundary.begin(operation, "grpc",
+                                       (model(request) or None) if model else None)
             try:
                 reply = await method(self, request, context)
             except asyncio.CancelledError:
@@ -223,7 +223,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             await changed.wait()
 
 
-class ReflectionServicer(_AsyncReflection):  # type: ignore[misc]
+class ReflectionServicer(reflection.aio.ReflectionServicer):  # type: ignore[misc]
     """grpcio's reflection, inside the request boundary like every other RPC."""
 
     def __init__(self, names: tuple[str, ...], pool: Any, boundary: RequestBoundary) -> None:

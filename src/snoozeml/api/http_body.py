@@ -33,7 +33,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The whole body, inflated, at most `limit` bytes before and after inflating."""
-    declared = header(scope, b"content-length")
+    declared = encoding = None
+    for key, value in scope["headers"]:  # one pass: this runs for every request
+        if key == b"content-length":
+            declared = value
+        elif key == b"content-encoding":
+            encoding = value
     if declared is not None:
         try:
             size = int(declared)
@@ -55,14 +60,14 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             chunks.append(chunk)
         if not message.get("more_body", False):
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            return _decompress(scope, body, limit)
+            return body if encoding is None else _decompress(encoding, body, limit)
 
 
 _WBITS = {b"gzip": 31, b"deflate": 15}  # zlib's window bits for a gzip / zlib stream
 
 
-def _decompress(scope: Scope, body: bytes, limit: int) -> bytes:
-    encoding = (header(scope, b"content-encoding") or b"").strip().lower()
+def _decompress(value: bytes, body: bytes, limit: int) -> bytes:
+    encoding = value.strip().lower()
     if encoding in (b"", b"identity"):
         return body
     wbits = _WBITS.get(encoding)

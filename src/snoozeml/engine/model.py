@@ -64,7 +64,9 @@ class Lease:
     async def __aenter__(self) -> Replica:
         model = self._model
         if model._state is State.READY:  # the hot path: no coroutine or call more
-            replica = self.replica = model.replicas.pick()
+            replicas = model.replicas.replicas
+            replica = self.replica = replicas[0] if len(replicas) == 1 else \
+                model.replicas.pick()
             replica.in_flight += 1
             model._in_flight += 1
         else:
