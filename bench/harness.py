@@ -65,6 +65,7 @@ class Daemon:
         config: Path,
         start_timeout_s: float = 60.0,
         on_line: Callable[[str], None] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.log: collections.deque[str] = collections.deque(maxlen=200)
         self._on_line = on_line  # called with every log line, on the reader thread
@@ -80,6 +81,7 @@ class Daemon:
             stderr=subprocess.STDOUT,  # the started line is on stderr; read both in one pipe
             text=True,
             bufsize=1,
+            env=env,
         )
         assert self.proc.stdout is not None
         # The reader also keeps draining the pipe, so a chatty daemon never blocks on it.

@@ -202,3 +202,27 @@ idle_timeout = "1s"
     assert index_of(client)["slow"] == {
         "name": "slow", "version": "1", "state": "UNLOADED", "reason": "idle",
     }
+
+
+def test_a_model_with_a_zero_idle_timeout_answers_and_unloads_after_each_request(
+    serve: Any, client_for: Any, tmp_path: Path,
+) -> None:
+    # The idle timer fires as soon as the load ends, before the request that waited on that
+    # load takes its lease: it must not unload the model under that request (which would load
+    # and unload it for ever while the request waits).
+    path = write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
+    daemon = serve(f"""
+[[models]]
+name = "eager"
+path = "{path}"
+idle_timeout = "0s"
+""")
+    client = client_for(daemon)
+    x = np.ones((1, 4), np.float32)
+    for _ in range(3):
+        mark = daemon.mark()
+        response = client.post("/v2/models/eager/infer", json=big_body(x), timeout=30)
+        assert response.status_code == 200, response.text
+        daemon.wait_for_log(r"model_unloaded model=eager reason=idle", start=mark)
+    loads = [line for line in daemon.lines if "model_loaded model=eager" in line]
+    assert len(loads) == 3

@@ -16,7 +16,7 @@ import numpy as np
 from onnx_models import write_mlp, write_run_failure_model
 
 from snoozeml.config import ModelConfig
-from snoozeml.engine.batcher import Batcher, BatcherHooks
+from snoozeml.engine.batcher import Batcher, BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy
 from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
 from snoozeml.errors import BackendError
@@ -44,7 +44,7 @@ class Owner:
         async def relieve(exc: BaseException) -> None:
             self.oom.append(exc)
 
-        return BatcherHooks(lambda exc: False, relieve, self.unsplittable.append)
+        return BatcherHooks(lambda exc: False, relieve, self.unsplittable.append, RunTimes())
 
 
 @contextmanager

@@ -11,7 +11,8 @@ from snoozeml.engine.events import (
     EngineEvent,
     EventBus,
     Evicting,
-    InferenceDone,
+    InferenceFailed,
+    InferenceStarted,
     LoadFailed,
     LoadFinished,
     ModelIdle,
@@ -100,9 +101,10 @@ def test_counters_sum_what_the_events_say() -> None:
     bus = EventBus()
     counters.subscribe(bus)
     for event in (
-        InferenceDone("m", "ok"),
-        InferenceDone("m", "error"),
-        InferenceDone("m", "cancelled"),  # the client left: not the model's error
+        InferenceStarted("m"),
+        InferenceStarted("m"),
+        InferenceFailed("m", "bad input"),
+        InferenceStarted("m"),  # its client left: nothing more
         # What the transports record is theirs (the request log; metrics), not these counters.
         RequestFinished(Operation.INFER, "http", "m", "invalid_input", 400, 0.0),
         BatchRun("m", 0, 5, (0.002, 0.004), 0.010, False),

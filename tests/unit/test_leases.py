@@ -14,6 +14,7 @@ import pytest
 from onnx_models import write_mlp
 
 from snoozeml.config import parse_config
+from snoozeml.engine.events import InferenceStarted
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
@@ -122,3 +123,24 @@ def test_an_inference_refused_inside_its_lease_ends_the_lease(tmp_path: Path) ->
         return holds(model)
 
     assert with_service(tmp_path, scenario) == (0, [0])
+
+
+def test_a_request_counts_when_it_arrives_and_a_client_that_leaves_is_not_an_error(
+    tmp_path: Path,
+) -> None:
+    async def scenario(service: InferenceService, model: Model) -> list[object]:
+        arrived = asyncio.Event()
+        service.events.subscribe(lambda event: arrived.set(), [InferenceStarted])
+        x = np.ones((1, 4), np.float32)
+        request = InferRequest([InferInput("x", "FP32", x.shape, x)])
+        task = asyncio.create_task(service.infer("mlp", None, request))
+        await arrived.wait()
+        during = service.snapshot().models[0]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        after = service.snapshot().models[0]
+        return [(during.requests, during.errors), (after.requests, after.errors),
+                model.in_flight]
+
+    assert with_service(tmp_path, scenario) == [(1, 0), (1, 0), 0]

@@ -236,7 +236,8 @@ def test_a_single_safetensors_file_counts_itself(torch_backend: Any, tmp_path: P
     assert torch_backend(1).file_sizes_blocking(spec) == FileSizes(weights=4096, transient=0)
 
 
-def test_an_unavailable_model_is_sized_by_its_files_and_never_raises(tmp_path: Path) -> None:
+def test_an_unavailable_model_is_sized_as_its_format_and_never_raises(tmp_path: Path) -> None:
+    # A torch model without the torch extra is sized by its weight files, as with the extra.
     backend = UnavailableBackend("torch models need the extra")
     folder = tmp_path / "bert"
     (folder / "sub").mkdir(parents=True)
@@ -248,7 +249,7 @@ def test_an_unavailable_model_is_sized_by_its_files_and_never_raises(tmp_path: P
     def sizes(path: Path) -> FileSizes:
         return backend.file_sizes_blocking(ModelConfig(name="m", path=path, format="torch"))
 
-    assert sizes(folder) == FileSizes(1024, 0)
+    assert sizes(folder) == FileSizes(1000, 0)  # config.json takes no model memory
     assert sizes(single) == FileSizes(77, 0)
     assert sizes(tmp_path / "missing") == FileSizes(0, 0)
     assert sizes(tmp_path / "missing" / "model.safetensors") == FileSizes(0, 0)

@@ -49,6 +49,22 @@ from snoozeml.runtime.base import Instance, Unsplittable
 OomRelief = Callable[[BaseException], Awaitable[object]]
 
 
+@dataclass(slots=True)
+class RunTimes:
+    """How long the model's batches have taken, over its whole life (every replica, every
+    load): what a full queue's Retry-After estimates from."""
+
+    total: float = 0.0
+    count: int = 0
+
+    def record(self, seconds: float) -> None:
+        self.total += seconds
+        self.count += 1
+
+    def mean(self, default: float = 0.01) -> float:
+        return self.total / self.count if self.count else default
+
+
 @dataclass(frozen=True, slots=True)
 class BatcherHooks:
     """What a batcher needs from the replica set that owns it."""
@@ -56,6 +72,7 @@ class BatcherHooks:
     is_out_of_memory: Callable[[BaseException], bool]
     relieve_oom: OomRelief  # evict idle models after an out-of-memory error
     unsplittable: Callable[[str], None]  # outputs do not follow the batch: stop batching
+    run_times: RunTimes  # the model's, shared by its batchers
 
 
 class Batcher:
@@ -118,7 +135,7 @@ class Batcher:
             raise QueueFull(
                 f"model {self.model!r} has {queued} requests queued "
                 f"(max_queue {self.policy.max_queue}); retry later",
-                retry_after=(self._inline.average or 0.01) * queued,
+                retry_after=self._hooks.run_times.mean() * queued,
             )
         wanted = tuple(outputs) if outputs else None
         key, rows = batch_key(inputs, wanted)
@@ -216,8 +233,10 @@ class Batcher:
                 self._fail(batch, again)
                 return
         finally:
+            seconds = self._clock() - started
+            self._hooks.run_times.record(seconds)
             self._events.publish(BatchRun(self.model, self.replica, rows, tuple(waits),
-                                          self._clock() - started, inline))
+                                          seconds, inline))
         for pending, part in zip(batch, parts, strict=True):
             if not pending.future.done():
                 pending.future.set_result(part)

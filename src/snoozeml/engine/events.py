@@ -158,12 +158,19 @@ class RequestDropped(EngineEvent):
 
 
 @dataclass(slots=True)
-class InferenceDone(EngineEvent):
-    """An inference request for a known model ended inside the engine (whatever the transport:
-    requests refused before they reach the engine, as undecodable, are only RequestFinished)."""
+class InferenceStarted(EngineEvent):
+    """A decoded inference request for a known model reached the engine (requests refused
+    before, as undecodable, are only RequestFinished)."""
 
     model: str
-    outcome: str  # "ok", "error" or "cancelled"
+
+
+@dataclass(slots=True)
+class InferenceFailed(EngineEvent):
+    """That request ended with an error (a client that left is not one)."""
+
+    model: str
+    error: str
 
 
 @dataclass(slots=True)

@@ -239,7 +239,9 @@ class Model:
     # --- idle timer ------------------------------------------------------------------------
 
     def _on_idle(self) -> None:
-        if self._in_flight == 0:
+        # Requests still waking from the load they waited on are about to take their leases:
+        # unloading under them (with idle_timeout = 0) would load and unload for ever.
+        if self._in_flight == 0 and self._awaiting_load == 0:
             self._spawn_unload("idle")
 
     def _spawn_unload(self, reason: str) -> None:

@@ -20,7 +20,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.batcher import Batcher, BatcherHooks
+from snoozeml.engine.batcher import Batcher, BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy, batching_blocker
 from snoozeml.engine.clock import Clock
 from snoozeml.engine.events import BatchingDisabled, EventBus, LoadFinished, LoadStarted
@@ -58,7 +58,7 @@ class ReplicaSet:
         self._events = events
         self._clock = clock
         self._hooks = BatcherHooks(backend.is_out_of_memory, self._relieve_oom_after_run,
-                                   self.disable_batching)
+                                   self.disable_batching, RunTimes())
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from snoozeml import SERVER_NAME, __version__
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.events import Draining, EventBus, InferenceDone
+from snoozeml.engine.events import Draining, EventBus, InferenceFailed, InferenceStarted
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
@@ -23,7 +23,7 @@ from snoozeml.engine.snapshots import (
 )
 from snoozeml.engine.stats import Counters
 from snoozeml.engine.validate import check_request
-from snoozeml.errors import InvalidInput
+from snoozeml.errors import InvalidInput, SnoozeError, describe_exception
 
 EXTENSIONS = ("binary_tensor_data", "model_repository")
 
@@ -84,6 +84,7 @@ class InferenceService:
         self, name: str, version: str | None, request: InferRequest
     ) -> InferResponse:
         model = self.manager.get(name, version)
+        self.events.publish(InferenceStarted(name))
         try:
             timeout = _timeout_seconds(request.parameters)
             async with model.lease() as replica:
@@ -93,13 +94,9 @@ class InferenceService:
                 replica.instance.validate_inputs(inputs)  # the backend's checks, before queueing
                 wanted = [out.name for out in request.outputs] if request.outputs else None
                 results = await replica.batcher.submit(inputs, wanted, timeout)
-        except asyncio.CancelledError:  # the client left: not the model's error
-            self.events.publish(InferenceDone(name, "cancelled"))
+        except Exception as exc:  # not CancelledError: a client that left is not an error
+            self.events.publish(InferenceFailed(name, _message(exc)))
             raise
-        except Exception:
-            self.events.publish(InferenceDone(name, "error"))
-            raise
-        self.events.publish(InferenceDone(name, "ok"))
         specs = {spec.name: spec for spec in metadata.outputs}
         outputs = [
             InferOutput(out_name, specs[out_name].datatype, tuple(array.shape), array)
@@ -182,6 +179,10 @@ class InferenceService:
                 dropped=counters.dropped,
             ),
         )
+
+
+def _message(exc: Exception) -> str:
+    return exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
 
 
 def _timeout_seconds(parameters: dict[str, Any]) -> float | None:

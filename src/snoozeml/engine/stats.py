@@ -15,7 +15,8 @@ from snoozeml.engine.events import (
     BatchRun,
     EventBus,
     Evicting,
-    InferenceDone,
+    InferenceFailed,
+    InferenceStarted,
     LoadFailed,
     LoadFinished,
     OomRetry,
@@ -27,7 +28,8 @@ from snoozeml.engine.events import (
 
 @dataclass(slots=True)
 class ModelCounters:
-    requests: int = 0  # inference requests that reached the model (decoded, model known)
+    requests: int = 0  # inference requests that reached the model (decoded, model known),
+    # counted as they arrive
     errors: int = 0  # of those, answered with an error (a client that left is not one)
     loads: int = 0
     load_failures: int = 0
@@ -52,7 +54,8 @@ class Counters:
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
         return bus.subscribe_each({
-            InferenceDone: self._inference,
+            InferenceStarted: self._started,
+            InferenceFailed: self._failed,
             BatchRun: self._batch,
             LoadFinished: self._loaded,
             LoadFailed: self._load_failed,
@@ -66,11 +69,11 @@ class Counters:
     def model(self, name: str) -> ModelCounters:
         return self._models[name]
 
-    def _inference(self, event: InferenceDone) -> None:
-        counters = self._models[event.model]
-        counters.requests += 1
-        if event.outcome == "error":
-            counters.errors += 1
+    def _started(self, event: InferenceStarted) -> None:
+        self._models[event.model].requests += 1
+
+    def _failed(self, event: InferenceFailed) -> None:
+        self._models[event.model].errors += 1
 
     def _batch(self, event: BatchRun) -> None:
         counters = self._models[event.model]

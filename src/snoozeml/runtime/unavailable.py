@@ -10,7 +10,11 @@ from collections.abc import Sequence
 
 from snoozeml.config import ModelConfig
 from snoozeml.runtime.base import FileSizes, Instance
-from snoozeml.runtime.files import bytes_on_disk
+from snoozeml.runtime.files import (
+    bytes_on_disk,
+    onnx_file_sizes_blocking,
+    torch_file_sizes_blocking,
+)
 
 
 class UnavailableBackend:
@@ -18,7 +22,15 @@ class UnavailableBackend:
         self.reason = reason
 
     def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
-        """The bytes under the model's path (0 when it is missing): never raises."""
+        """Sized as its format would be (a torch model without the extra: its weight files),
+        else the bytes under its path; 0 for what cannot be read. Never raises."""
+        try:
+            if spec.format == "torch":
+                return torch_file_sizes_blocking(spec.path)
+            if spec.format == "onnx":
+                return onnx_file_sizes_blocking(spec.path)
+        except OSError:
+            return FileSizes(0, 0)
         return FileSizes(bytes_on_disk(spec.path), 0)
 
     def memory_device(self, spec: ModelConfig, gpus: Sequence[str]) -> str:
