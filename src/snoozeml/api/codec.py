@@ -68,6 +68,13 @@ def refuse_shared_memory(parameters: Parameters, where: str) -> None:
         )
 
 
+def refuse_unsupported_output(parameters: Parameters, name: str) -> None:
+    """A requested output may not ask for an extension the server lacks (both transports)."""
+    refuse_shared_memory(parameters, f"output {name!r}")
+    if "classification" in parameters:
+        raise Unsupported("the classification extension is not supported")
+
+
 def parse_datatype(value: object, name: str) -> str:
     if not isinstance(value, str) or value not in OIP_TO_NUMPY:
         raise InvalidInput(
@@ -246,7 +253,7 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidInput(f"outputs[{position}] must be an object with a string 'name'")
         parameters = _parameters(raw.get("parameters"), "output")
-        refuse_shared_memory(parameters, f"output {raw['name']!r}")
+        refuse_unsupported_output(parameters, raw["name"])
         outputs.append(RequestedOutput(raw["name"], parameters))
     return outputs or None
 
@@ -272,8 +279,6 @@ def binary_outputs(request: InferRequest) -> Callable[[str], bool]:
     default = request.parameters.get("binary_data_output") is True
     explicit: dict[str, bool] = {}
     for output in request.outputs or ():
-        if "classification" in output.parameters:
-            raise Unsupported("the classification extension is not supported")
         flag = output.parameters.get("binary_data")
         if flag is not None:
             explicit[output.name] = flag is True

@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 
 from snoozeml.api.binary import array_to_raw, raw_to_array
-from snoozeml.api.codec import parse_datatype, parse_shape, refuse_shared_memory
+from snoozeml.api.codec import (
+    parse_datatype,
+    parse_shape,
+    refuse_shared_memory,
+    refuse_unsupported_output,
+)
 from snoozeml.datatypes import OIP_TO_NUMPY, TensorSpec
 from snoozeml.engine.request import (
     InferInput,
@@ -116,7 +121,7 @@ def decode_grpc_request(request: pb.ModelInferRequest) -> InferRequest:
     outputs = []
     for out in request.outputs:
         out_parameters = parameters_from_proto(out.parameters)
-        refuse_shared_memory(out_parameters, f"output {out.name!r}")
+        refuse_unsupported_output(out_parameters, out.name)
         outputs.append(RequestedOutput(out.name, out_parameters))
     return InferRequest(
         inputs=inputs,

@@ -36,9 +36,9 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     declared = encoding = None
     for key, value in scope["headers"]:  # one pass: this runs for every request
         if key == b"content-length":
-            declared = value
+            declared = value if declared is None else declared  # the first one counts
         elif key == b"content-encoding":
-            encoding = value
+            encoding = value if encoding is None else encoding
     if declared is not None:
         try:
             size = int(declared)
