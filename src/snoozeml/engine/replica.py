@@ -4,14 +4,12 @@ halves of building and closing one (they run on the loader threads)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.batcher import Batcher
-from snoozeml.engine.batching import Arrays
 from snoozeml.errors import describe_exception
 from snoozeml.heap import release_memory_blocking
 from snoozeml.logs import log_event
@@ -20,7 +18,8 @@ from snoozeml.runtime.base import Backend, Instance
 
 @dataclass(eq=False, slots=True)
 class Replica:
-    """What a lease hands out. `in_flight` counts the leases held on this replica."""
+    """What a lease hands out: the instance (its `validate_inputs`) and the batch queue (its
+    `submit`). `in_flight` counts the leases held on this replica."""
 
     index: int  # unique within its model, never reused
     device: str
@@ -39,17 +38,6 @@ class Replica:
     def load(self) -> int:
         """Requests on the replica: leased (queued or running) or queued without a lease."""
         return max(self.in_flight, self.batcher.queued)
-
-    def validate(self, inputs: Arrays) -> None:
-        """The backend's own checks of one request, before it is queued."""
-        self.instance.validate_inputs(inputs)
-
-    def submit(
-        self, inputs: Arrays, outputs: Sequence[str] | None, queue_timeout: float | None
-    ) -> Awaitable[Arrays]:
-        """Run one validated request through the replica's batch queue (the caller holds a
-        lease on this replica). The batcher's own coroutine: no layer more per request."""
-        return self.batcher.submit(inputs, outputs, queue_timeout)
 
 
 def load_instance_blocking(backend: Backend, spec: ModelConfig) -> Instance:
