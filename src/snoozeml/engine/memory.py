@@ -30,7 +30,7 @@ from snoozeml.errors import MemoryExhausted, ModelTooLarge
 from snoozeml.runtime.base import FileSizes
 from snoozeml.units import format_bytes
 
-# --- pure policies ----------------------------------------------------------------------------
+# --- pure policies ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ def shortfall(used: int, needed: int, budget: int) -> int:
     return max(used + needed - budget, 0)
 
 
-# --- the manager ------------------------------------------------------------------------------
+# --- the manager --------------------------------------------------------------------------
 
 
 class Tenant(Protocol):

@@ -114,7 +114,7 @@ def scan(path: Path, base_name: str | None = None) -> ScanResult:
     return ScanResult(models=_named(naming_root, found, base_name), skipped=skipped)
 
 
-# --- walking ----------------------------------------------------------------------------------
+# --- walking ---------------------------------------------------------------------------
 
 Place = Literal["hf", "inside-hf", "plain"]
 
@@ -146,7 +146,7 @@ def _is_hf_folder(folder: Path, files: Iterable[str]) -> bool:
     return any(n.endswith((".safetensors", ".safetensors.index.json")) for n in names)
 
 
-# --- ONNX -------------------------------------------------------------------------------------
+# --- ONNX ------------------------------------------------------------------------------
 
 
 class NotOnnx(Exception):
@@ -215,7 +215,7 @@ def _onnx_model(file: Path, model: Any) -> ScannedModel:
     )
 
 
-# --- safetensors ------------------------------------------------------------------------------
+# --- safetensors -----------------------------------------------------------------------
 
 
 def _read_json(path: Path) -> Any:
@@ -300,7 +300,7 @@ def _plain_state_dict(file: Path) -> ScannedModel:
     return ScannedModel(name="", path=file, format="torch", notes=notes)
 
 
-# --- names ------------------------------------------------------------------------------------
+# --- names -----------------------------------------------------------------------------
 
 
 def sanitise_name(text: str) -> str:
