@@ -103,7 +103,7 @@ def test_counters_sum_what_the_events_say() -> None:
     for event in (
         InferenceStarted("m"),
         InferenceStarted("m"),
-        InferenceFailed("m", "bad input"),
+        InferenceFailed("m"),
         InferenceStarted("m"),  # its client left: nothing more
         # What the transports record is theirs (the request log; metrics), not these counters.
         RequestFinished(Operation.INFER, "http", "m", "invalid_input", 400, 0.0),

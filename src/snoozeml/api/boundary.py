@@ -77,6 +77,7 @@ def error_kind(exc: BaseException) -> ErrorKind:
 class ErrorAnswer:
     """How a failed call is answered, for either transport to write."""
 
+    outcome: str  # the error's kind, as ErrorKind.outcome
     http_status: int
     grpc_code: grpc.StatusCode
     message: str
@@ -106,7 +107,7 @@ def answer_for(exc: BaseException) -> ErrorAnswer:
     retry_after = None
     if isinstance(exc, Unavailable):
         retry_after = max(1, math.ceil(exc.retry_after))
-    return ErrorAnswer(kind.http_status, kind.grpc_code, message, retry_after)
+    return ErrorAnswer(kind.outcome, kind.http_status, kind.grpc_code, message, retry_after)
 
 
 class Call:
@@ -125,10 +126,7 @@ class Call:
 
     def succeeded(self, status: int = 200) -> None:
         """Answered as asked (`status`: the HTTP status it had, e.g. 503 for "not ready")."""
-        self._events.publish(RequestFinished(  # _finish inlined: every request comes here
-            self.operation, self.protocol, self.model, "ok", status,
-            time.perf_counter() - self.started,
-        ))
+        self._finish("ok", status, None)
 
     def cancelled(self) -> None:
         """The client went away (or the server cut the call off) before an answer."""
@@ -137,10 +135,9 @@ class Call:
     def failed(self, exc: BaseException) -> ErrorAnswer:
         """The answer for `exc`; the failure is published (and so logged) once, here."""
         answer = answer_for(exc)
-        kind = error_kind(exc)
-        if kind is UNEXPECTED:
+        if answer.outcome == UNEXPECTED.outcome:
             logging.getLogger("snoozeml").debug("traceback", exc_info=exc)
-        self._finish(kind.outcome, answer.http_status, answer.message)
+        self._finish(answer.outcome, answer.http_status, answer.message)
         return answer
 
     def _finish(self, outcome: str, status: int, error: str | None) -> None:

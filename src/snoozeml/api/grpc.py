@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -41,10 +42,21 @@ def _fits_trailers(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
 
 
-async def _abort(call: Call, context: Context, exc: BaseException) -> None:
-    answer = call.failed(exc)
-    await context.abort(answer.grpc_code, _fits_trailers(answer.message),
-                        trailing_metadata=answer.grpc_trailers())
+@asynccontextmanager
+async def _ending(call: Call, context: Context) -> AsyncIterator[None]:
+    """End `call` as the RPC's work ends: cancelled (the client left), failed (the RPC is
+    aborted with the boundary's answer), or succeeded."""
+    try:
+        yield
+    except (asyncio.CancelledError, GeneratorExit):
+        call.cancelled()
+        raise
+    except Exception as exc:  # boundary: one call fails, the daemon keeps serving
+        answer = call.failed(exc)
+        await context.abort(answer.grpc_code, _fits_trailers(answer.message),
+                            trailing_metadata=answer.grpc_trailers())
+    else:
+        call.succeeded()
 
 
 def opens_its_own_call(operation: Operation) -> Callable[[T], T]:
@@ -68,15 +80,8 @@ def rpc(
         async def bounded(self: Any, request: Request, context: Context) -> Response:
             call = self.boundary.begin(operation, "grpc",
                                        (model(request) or None) if model else None)
-            try:
+            async with _ending(call, context):
                 reply = await method(self, request, context)
-            except asyncio.CancelledError:
-                call.cancelled()
-                raise
-            except Exception as exc:  # boundary: one call fails, the daemon keeps serving
-                await _abort(call, context, exc)
-                raise AssertionError("unreachable: abort raises") from None  # pragma: no cover
-            call.succeeded()
             return reply
 
         bounded.operation = operation  # type: ignore[attr-defined]
@@ -196,14 +201,8 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     @opens_its_own_call(Operation.HEALTH)
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
         call = self.boundary.begin(Operation.HEALTH, "grpc", request.service or None)
-        try:
+        async with _ending(call, context):
             await self._watch(request.service, context)
-        except asyncio.CancelledError:
-            call.cancelled()
-            raise
-        except Exception as exc:
-            await _abort(call, context, exc)
-        call.succeeded()
 
     async def _watch(self, name: str, context: Any) -> None:
         last: int | None = None
@@ -235,15 +234,9 @@ class ReflectionServicer(reflection.aio.ReflectionServicer):  # type: ignore[mis
         self, request_iterator: Any, context: Any
     ) -> AsyncIterator[reflection_pb2.ServerReflectionResponse]:
         call = self.boundary.begin(Operation.REFLECTION, "grpc")
-        try:
+        async with _ending(call, context):
             async for response in super().ServerReflectionInfo(request_iterator, context):
                 yield response
-        except (asyncio.CancelledError, GeneratorExit):
-            call.cancelled()
-            raise
-        except Exception as exc:
-            await _abort(call, context, exc)
-        call.succeeded()
 
 
 def _reflection_pool() -> Any:

@@ -167,10 +167,10 @@ class InferenceStarted(EngineEvent):
 
 @dataclass(slots=True)
 class InferenceFailed(EngineEvent):
-    """That request ended with an error (a client that left is not one)."""
+    """That request ended with an error (a client that left is not one); the error itself is
+    in the RequestFinished of its call."""
 
     model: str
-    error: str
 
 
 @dataclass(slots=True)

@@ -29,8 +29,7 @@ class IdleTimer:
     def touch(self) -> None:
         """Idle from now on: `expire` runs `timeout` seconds later unless touched again."""
         self.last_touch = self._clock.now()
-        if self._timer is None and self.timeout is not None:
-            self._timer = self._clock.call_later(self.timeout, self._fire)
+        self._arm(self.timeout)
 
     def remaining(self) -> float | None:
         """Seconds until expiry from the last touch (0 when due), or None without a timeout."""

@@ -63,15 +63,11 @@ class Lease:
 
     async def __aenter__(self) -> Replica:
         model = self._model
-        if model._state is State.READY:  # the hot path: no coroutine or call more
-            replicas = model.replicas.replicas
-            replica = self.replica = replicas[0] if len(replicas) == 1 else \
-                model.replicas.pick()
-            replica.in_flight += 1
-            model._in_flight += 1
+        if model._state is State.READY:  # the hot path: no coroutine more
+            self.replica = model._take()
         else:
-            replica = self.replica = await model._acquire_slow()
-        return replica
+            self.replica = await model._acquire_slow()
+        return self.replica
 
     async def __aexit__(
         self,

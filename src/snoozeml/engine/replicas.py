@@ -82,10 +82,6 @@ class ReplicaSet:
         fallback = self.predicted_bytes or 0
         return sum(replica.measured_bytes or fallback for replica in self.replicas)
 
-    @property
-    def metadata(self) -> ModelMetadata | None:
-        return self.replicas[0].metadata if self.replicas else None
-
     # --- sizes ---------------------------------------------------------------------------------
 
     async def predict_size(self) -> None:

@@ -23,7 +23,7 @@ from snoozeml.engine.snapshots import (
 )
 from snoozeml.engine.stats import Counters
 from snoozeml.engine.validate import check_request
-from snoozeml.errors import InvalidInput, SnoozeError, describe_exception
+from snoozeml.errors import InvalidInput
 
 EXTENSIONS = ("binary_tensor_data", "model_repository")
 
@@ -94,8 +94,8 @@ class InferenceService:
                 replica.instance.validate_inputs(inputs)  # the backend's checks, before queueing
                 wanted = [out.name for out in request.outputs] if request.outputs else None
                 results = await replica.batcher.submit(inputs, wanted, timeout)
-        except Exception as exc:  # not CancelledError: a client that left is not an error
-            self.events.publish(InferenceFailed(name, _message(exc)))
+        except Exception:  # not CancelledError: a client that left is not an error
+            self.events.publish(InferenceFailed(name))
             raise
         specs = {spec.name: spec for spec in metadata.outputs}
         outputs = [
@@ -179,10 +179,6 @@ class InferenceService:
                 dropped=counters.dropped,
             ),
         )
-
-
-def _message(exc: Exception) -> str:
-    return exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
 
 
 def _timeout_seconds(parameters: dict[str, Any]) -> float | None:
