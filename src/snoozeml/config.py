@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
+from snoozeml.config_lines import describe, dotted, index_lines, line_of, problem_line
 from snoozeml.errors import ConfigError
 from snoozeml.units import parse_duration, parse_size
 
@@ -39,6 +40,7 @@ Budget = Annotated[
 ]
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+_REPLICA_DEVICE = re.compile(r"^(cpu|mps|cuda:\d+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
@@ -66,6 +68,26 @@ class MemoryConfig(_Section):
     memory_factor: StrictFloat = Field(default=1.1, gt=0)
 
 
+Strategy = Literal["least-queue", "round-robin"]
+
+
+class ReplicaDefaults(_Section):
+    """The `[server.replicas]` keys: defaults for every model's `[models.replicas]`."""
+
+    min: StrictInt = Field(default=0, ge=0, le=1024)
+    max: StrictInt = Field(default=1, ge=1, le=1024)
+    strategy: Strategy = "least-queue"
+    target_queue: StrictFloat | StrictInt = Field(default=4, gt=0)
+    scale_up_after: Duration = 1.0
+    scale_down_after: Duration = 30.0
+
+
+class ReplicasConfig(ReplicaDefaults):
+    """`[models.replicas]`: how many instances of the model may run, and where."""
+
+    devices: list[StrictStr] = []
+
+
 class ServerConfig(_Section):
     # Strict types: TOML has real booleans and integers, so `port = true` or `preload = "yes"`
     # is a mistake to report, not a value to coerce.
@@ -80,6 +102,7 @@ class ServerConfig(_Section):
     grpc_max_message_size: Size = Field(default=64 * 1024 * 1024, ge=1, le=2**31 - 1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     memory: MemoryConfig = MemoryConfig()
+    replicas: ReplicaDefaults = ReplicaDefaults()
 
 
 class BatchingConfig(_Section):
@@ -121,6 +144,8 @@ class ModelConfig(_Section):
     inputs: list[TensorConfig] = []
     outputs: list[TensorConfig] = []
     batching: BatchingConfig = BatchingConfig()
+    # Resolved by load_config: each key the model's table leaves out comes from [server].
+    replicas: ReplicasConfig = ReplicasConfig()
 
 
 class Config(_Section):
@@ -172,88 +197,14 @@ def _apply_env(server: dict[str, Any], environ: Mapping[str, str]) -> dict[str, 
     return origins
 
 
-# --- locating keys in the file ---------------------------------------------------------
-
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"'. ]+?)\s*=")
-
-
-def _index_lines(text: str) -> dict[tuple[str | int, ...], int]:
-    """Map key paths like ("models", 1, "idle_timeout") to the 1-based line defining them."""
-    index: dict[tuple[str | int, ...], int] = {}
-    arrays: dict[tuple[str | int, ...], int] = {}
-    table: tuple[str | int, ...] = ()
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            names = [part.strip().strip("\"'") for part in header.group(2).split(".")]
-            path: tuple[str | int, ...] = ()
-            for name in names[:-1]:
-                path = (*path, name)
-                if path in arrays:
-                    path = (*path, arrays[path])
-            path = (*path, names[-1])
-            if header.group(1) == "[[":
-                arrays[path] = arrays.get(path, -1) + 1
-                path = (*path, arrays[path])
-            table = path
-            index.setdefault(table, lineno)
-            continue
-        key = _KEY.match(line)
-        if key and not line.lstrip().startswith("#"):
-            parts = tuple(part.strip().strip("\"'") for part in key.group(1).split("."))
-            index.setdefault((*table, *parts), lineno)
-    return index
-
-
-def _line_of(index: dict[tuple[str | int, ...], int], loc: tuple[str | int, ...]) -> int | None:
-    for end in range(len(loc), 0, -1):
-        if loc[:end] in index:
-            return index[loc[:end]]
-    return None
-
-
-def _dotted(loc: tuple[str | int, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
-
-
-_TYPE_NAMES = {
-    "int_type": "an integer",
-    "bool_type": "true or false",
-    "float_type": "a number",
-    "string_type": "a string",
-}
-
-
-def _toml_value(value: object) -> str:
-    """A value as the file wrote it (true, not True; strings quoted)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    return repr(value)
-
-
-def _describe(error: Mapping[str, Any]) -> str:
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "missing required key"
-    if kind in _TYPE_NAMES:
-        return f"must be {_TYPE_NAMES[kind]}, got {_toml_value(error.get('input'))}"
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ")
-
-
 # --- loading ---------------------------------------------------------------------------
 
 
-def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Read, validate and resolve a models.toml. Raises ConfigError listing every problem."""
+def load_config(
+    path: Path, environ: Mapping[str, str] | None = None, gpus: Sequence[str] | None = None
+) -> Config:
+    """Read, validate and resolve a models.toml. Raises ConfigError listing every problem.
+    `gpus` (the machine's, e.g. ["cuda:0"]), when given, is what `replicas.devices` may name."""
     environ = os.environ if environ is None else environ
     label = str(path)
     try:
@@ -268,7 +219,8 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{label}: invalid TOML: {exc}"]) from exc
-    return parse_config(raw, text=text, source=path.resolve(), environ=environ, label=label)
+    return parse_config(raw, text=text, source=path.resolve(), environ=environ, label=label,
+                        gpus=gpus)
 
 
 def parse_config(
@@ -278,16 +230,17 @@ def parse_config(
     source: Path | None = None,
     environ: Mapping[str, str] | None = None,
     label: str = "config",
+    gpus: Sequence[str] | None = None,
 ) -> Config:
     """Validate an already-parsed TOML document (see load_config)."""
     environ = os.environ if environ is None else environ
-    index = _index_lines(text)
+    index = index_lines(text)
     problems: list[str] = []
 
     def problem(loc: tuple[str | int, ...], message: str, origin: str | None = None) -> None:
-        where = f"{label}:{line}" if (line := _line_of(index, loc)) and not origin else label
+        where = f"{label}:{line}" if (line := line_of(index, loc)) and not origin else label
         via = f" (from ${origin})" if origin else ""
-        problems.append(f"{where}: {_dotted(loc)}{via}: {message}")
+        problems.append(f"{where}: {dotted(loc)}{via}: {message}")
 
     server_raw = raw.get("server", {})
     origins: dict[str, str] = {}
@@ -303,12 +256,16 @@ def parse_config(
     except ValidationError as exc:
         for error in exc.errors():
             loc = tuple(error["loc"])
-            problem(loc, _describe(error), origins.get(_dotted(loc)))
+            problem(loc, describe(error), origins.get(dotted(loc)))
 
     # The checks that need more than one field run on the raw tables, so that every problem
     # is reported in one go, whatever else is wrong.
     base = source.parent if source else Path.cwd()
     raw_models = raw.get("models")
+    server_replicas: dict[str, Any] = {}
+    if isinstance(server_raw, dict) and isinstance(server_raw.get("replicas"), dict):
+        server_replicas = server_raw["replicas"]
+        _check_min_max(server_replicas, {}, ("server", "replicas"), problem)
     formats: list[str | None] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(raw_models if isinstance(raw_models, list) else []):
@@ -328,6 +285,12 @@ def parse_config(
         if isinstance(device, str) and not _DEVICE.match(device):
             problem(("models", i, "device"), f"invalid device {device!r} "
                     "(expected auto, cpu, cuda, cuda:N or mps)")
+        replicas = entry.get("replicas")
+        if isinstance(replicas, dict):
+            _check_devices(replicas.get("devices"), gpus, ("models", i, "replicas", "devices"),
+                           problem)
+        _check_min_max(replicas if isinstance(replicas, dict) else {}, server_replicas,
+                       ("models", i, "replicas"), problem)
         raw_path = entry.get("path")
         if not isinstance(raw_path, str):
             continue
@@ -344,7 +307,7 @@ def parse_config(
                 problem(("models", i, "path"), f"cannot tell the format of {path} "
                         "(expected a .onnx file, a .safetensors file or a model folder)")
     if problems or config is None:
-        problems.sort(key=_problem_line)
+        problems.sort(key=problem_line)
         raise ConfigError(problems)
 
     models: list[ModelConfig] = []
@@ -358,11 +321,47 @@ def parse_config(
             else config.server.idle_timeout,
             "load_timeout": model.load_timeout if model.load_timeout is not None
             else config.server.load_timeout,
+            "replicas": ReplicasConfig(**{
+                **config.server.replicas.model_dump(),
+                **model.replicas.model_dump(include=model.replicas.model_fields_set),
+            }),
         }))
     return config.model_copy(update={"models": models, "source": source})
 
 
-def _problem_line(problem: str) -> int:
-    """Sort key: problems in file order (those without a line, e.g. from $SNOOZE_*, first)."""
-    match = re.match(r"^[^:]*:(\d+):", problem)
-    return int(match.group(1)) if match else 0
+Problem = Callable[[tuple[str | int, ...], str], None]
+
+
+def _check_min_max(
+    table: Mapping[str, Any], defaults: Mapping[str, Any], loc: tuple[str | int, ...],
+    problem: Problem,
+) -> None:
+    """`min` may not exceed `max` once the table's keys are merged over `defaults` (a table
+    that sets neither inherits the pair, checked where it is written)."""
+    if defaults and "min" not in table and "max" not in table:
+        return
+    low = table.get("min", defaults.get("min", 0))
+    high = table.get("max", defaults.get("max", 1))
+    if not all(type(v) is int for v in (low, high)) or low <= high or high < 1:
+        return
+    key = "min" if "min" in table or "max" not in table else "max"
+    problem((*loc, key), f"min = {low} is more than max = {high}")
+
+
+def _check_devices(
+    devices: object, gpus: Sequence[str] | None, loc: tuple[str | int, ...], problem: Problem
+) -> None:
+    if not isinstance(devices, list):
+        return
+    seen: set[str] = set()
+    for j, device in enumerate(devices):
+        if not isinstance(device, str):
+            continue  # the type check reports it
+        if not _REPLICA_DEVICE.match(device):
+            problem((*loc, j), f"unknown device {device!r} (expected cpu, cuda:N or mps)")
+        elif device in seen:
+            problem((*loc, j), f"device {device!r} is listed twice")
+        elif gpus is not None and device.startswith("cuda") and device not in gpus:
+            found = ", ".join(gpus) if gpus else "no GPU"
+            problem((*loc, j), f"unknown device {device!r}: this machine has {found}")
+        seen.add(device)

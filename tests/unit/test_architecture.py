@@ -52,7 +52,8 @@ def under(name: str, *prefixes: str) -> bool:
 
 
 FOUNDATION = ("snoozeml.errors", "snoozeml.units", "snoozeml.logs", "snoozeml.datatypes",
-              "snoozeml.operations", "snoozeml.heap", "snoozeml.config")
+              "snoozeml.operations", "snoozeml.heap", "snoozeml.config",
+              "snoozeml.config_lines")
 # What each layer must not import.
 RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (FOUNDATION, ("snoozeml.runtime", "snoozeml.engine", "snoozeml.api", "snoozeml.server",

@@ -484,3 +484,120 @@ def test_a_config_that_is_not_utf8_is_a_problem_not_a_traceback(tmp_path: Path) 
     assert problems_of(path) == [
         f"{path}: cannot read config: not UTF-8 text (invalid start byte at byte 0)"
     ]
+
+
+# --- replicas ----------------------------------------------------------------------------------
+
+
+def test_replicas_default_to_one_and_inherit_server_keys_the_model_leaves_out(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, f"""
+        [server.replicas]
+        target_queue = 2
+        scale_down_after = "5s"
+        strategy = "round-robin"
+
+        [[models]]
+        name = "plain"
+        path = "{model_file}"
+
+        [[models]]
+        name = "busy"
+        path = "{model_file}"
+        [models.replicas]
+        max = 3
+        strategy = "least-queue"
+        devices = ["cpu"]
+    """)
+    plain, busy = load_config(path, {}).models
+    assert (plain.replicas.min, plain.replicas.max) == (0, 1)
+    assert (plain.replicas.target_queue, plain.replicas.scale_down_after) == (2, 5.0)
+    assert plain.replicas.strategy == "round-robin"
+    assert plain.replicas.scale_up_after == 1.0
+    assert (busy.replicas.max, busy.replicas.strategy, busy.replicas.devices) == (
+        3, "least-queue", ["cpu"])
+    assert busy.replicas.target_queue == 2
+
+
+def test_invalid_replica_settings_name_the_key_and_the_line(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, f"""
+        [[models]]
+        name = "a"
+        path = "{model_file}"
+        [models.replicas]
+        min = 3
+        max = 2
+        strategy = "random"
+        devices = ["cpu", "tpu:0", "cpu", "auto"]
+
+        [[models]]
+        name = "b"
+        path = "{model_file}"
+        [models.replicas]
+        max = 0
+        target_queue = 0
+        scale_up_after = "soon"
+    """)
+    assert problems_of(path) == [
+        f"{path}:5: models[0].replicas.min: min = 3 is more than max = 2",
+        f"{path}:7: models[0].replicas.strategy: Input should be 'least-queue' or "
+        "'round-robin'",
+        f"{path}:8: models[0].replicas.devices[1]: unknown device 'tpu:0' (expected cpu, "
+        "cuda:N or mps)",
+        f"{path}:8: models[0].replicas.devices[2]: device 'cpu' is listed twice",
+        f"{path}:8: models[0].replicas.devices[3]: unknown device 'auto' (expected cpu, "
+        "cuda:N or mps)",
+        f"{path}:14: models[1].replicas.max: Input should be greater than or equal to 1",
+        f"{path}:15: models[1].replicas.target_queue: Input should be greater than 0",
+        f"{path}:16: models[1].replicas.scale_up_after: invalid duration 'soon' (expected e.g. "
+        "'30s', '2ms', '5m')",
+    ]
+
+
+def test_min_above_an_inherited_max_names_the_models_key(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, f"""
+        [server.replicas]
+        max = 2
+
+        [[models]]
+        name = "a"
+        path = "{model_file}"
+        [models.replicas]
+        min = 4
+    """)
+    assert problems_of(path) == [f"{path}:8: models[0].replicas.min: min = 4 is more than "
+                                 "max = 2"]
+
+
+def test_a_gpu_the_machine_does_not_have_is_an_unknown_device(
+    tmp_path: Path, model_file: Path
+) -> None:
+    path = write(tmp_path, f"""
+        [[models]]
+        name = "a"
+        path = "{model_file}"
+        [models.replicas]
+        max = 2
+        devices = ["cuda:0", "cuda:1"]
+    """)
+    with pytest.raises(ConfigError) as none:
+        load_config(path, {}, gpus=[])
+    assert none.value.problems == [
+        f"{path}:6: models[0].replicas.devices[0]: unknown device 'cuda:0': this machine has "
+        "no GPU",
+        f"{path}:6: models[0].replicas.devices[1]: unknown device 'cuda:1': this machine has "
+        "no GPU",
+    ]
+    with pytest.raises(ConfigError) as one:
+        load_config(path, {}, gpus=["cuda:0"])
+    assert one.value.problems == [
+        f"{path}:6: models[0].replicas.devices[1]: unknown device 'cuda:1': this machine has "
+        "cuda:0",
+    ]
+    # Without the machine's list (a config checked elsewhere), only the spelling is checked.
+    assert load_config(path, {}).models[0].replicas.devices == ["cuda:0", "cuda:1"]

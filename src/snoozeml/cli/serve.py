@@ -61,8 +61,10 @@ def _apply_flags(config: Config, args: argparse.Namespace) -> Config:
 
 
 def run(args: argparse.Namespace) -> int:
+    from snoozeml.engine.probes import visible_gpus
+
     try:
-        config = _apply_flags(load_config(args.config, os.environ), args)
+        config = _apply_flags(load_config(args.config, os.environ, visible_gpus()), args)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"snooze: {problem}", file=sys.stderr)

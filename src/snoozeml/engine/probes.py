@@ -43,6 +43,20 @@ class MemoryProbe(Protocol):
         ...
 
 
+def visible_gpus() -> list[str]:
+    """The CUDA GPUs NVML sees ("cuda:0", ...); none without the library, a driver or a GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return [f"cuda:{index}" for index in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return []
+
+
 class SystemProbe:
     """psutil for the host, NVML (nvidia-ml-py) for CUDA GPUs when there are any."""
 
