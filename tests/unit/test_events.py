@@ -26,6 +26,7 @@ from snoozeml.engine.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
     ModelSnapshot,
+    ScalingSnapshot,
     ServerSnapshot,
     StatusSnapshot,
 )
@@ -143,10 +144,18 @@ def batching(**overrides: object) -> BatchingSnapshot:
     return BatchingSnapshot(**values)  # type: ignore[arg-type]
 
 
+SCALING = ScalingSnapshot(
+    min=0, max=1, strategy="least-queue", target_queue=4.0, scale_up_after_s=1.0,
+    scale_down_after_s=30.0, devices=("cpu",), intra_op_threads=2, desired=None, blocked=None,
+    last_error=None, added=0, removed=0, failures=0,
+)
+
+
 def snapshot_of(model_batching: BatchingSnapshot, last_used: float | None) -> StatusSnapshot:
     model = ModelSnapshot(
         name="m", format="onnx", device="cpu", pinned=False, state="UNLOADED", reason="",
-        replicas=(), in_flight=0, queued=0, last_used=last_used, expires_at=None,
+        replicas=(), scaling=SCALING, in_flight=0, queued=0, last_used=last_used,
+        expires_at=None,
         idle_timeout_s=300.0, predicted_bytes=1100, measured_bytes=None, resident_bytes=0,
         last_load_ms=None, loads=0, load_failures=0, requests=0, errors=0,
         batching=model_batching,
@@ -165,7 +174,8 @@ def test_a_model_that_never_ran_has_no_means_and_no_times() -> None:
     assert model["batching"]["batches"] == 0
     assert model["batching"]["mean_requests_per_batch"] is None
     assert model["batching"]["mean_queue_wait_ms"] is None
-    assert (model["last_used"], model["expires_at"], model["replicas"]) == (None, None, 0)
+    assert (model["last_used"], model["expires_at"]) == (None, None)
+    assert (model["replicas"], model["replica_details"]) == (0, [])
     assert doc["server"] == {"name": "snoozeml", "version": "0.1.0",
                              "started_at": "2027-01-15T08:00:00.250Z", "uptime_s": 12.346,
                              "draining": False}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -215,13 +215,17 @@ class FakeTenant:
         return ModelConfig(name=self.name, path=Path(f"{self.name}.onnx"), format="onnx",
                            device=self.device, memory_factor=self.memory_factor)
 
-    def resident_bytes(self) -> int | None:
-        return self.size if self.loaded else None
+    # The budget its device counts against; manager_for sets the manager's own mapping, as
+    # ModelManager does for each replica's placement.
+    key: Callable[[str], str] = str
 
-    def resident(self, now: float) -> Resident | None:
+    def resident_on(self, device: str) -> int:
+        return self.size if self.loaded and self.key(self.device) == device else 0
+
+    def resident(self, now: float, device: str) -> Resident | None:
         if self.looked is not None:
             self.looked.set()
-        if not self.loaded:
+        if not self.resident_on(device):
             return None
         return Resident(self.name, self.size, self.last_used, self.loaded_at, self.holds)
 
@@ -245,6 +249,8 @@ def manager_for(
     bus = EventBus()
     manager = MemoryManager(server, probe or FakeProbe(host_total=10_000), lambda: roster, bus,
                             clock=lambda: clock)
+    for tenant in roster:
+        tenant.key = manager.device_key
     _watch(manager, bus)
     return manager
 

@@ -84,7 +84,7 @@ def test_onnx_is_out_of_memory(error: BaseException, expected: bool) -> None:
 ])
 def test_torch_is_out_of_memory(torch_backend: Any, error: BaseException,
                                 expected: bool) -> None:
-    assert torch_backend(1).is_out_of_memory(error) is expected
+    assert torch_backend().is_out_of_memory(error) is expected
 
 
 def test_torch_is_out_of_memory_knows_torchs_own_class_under_any_name(
@@ -99,7 +99,7 @@ def test_torch_is_out_of_memory_knows_torchs_own_class_under_any_name(
     class DeviceFull(base):
         pass
 
-    assert torch_backend(1).is_out_of_memory(DeviceFull("no room"))
+    assert torch_backend().is_out_of_memory(DeviceFull("no room"))
 
 
 def test_an_unavailable_backend_never_runs_out_of_memory() -> None:
@@ -154,7 +154,7 @@ def _spec(device: str, fmt: Literal["onnx", "torch"] = "torch") -> ModelConfig:
 ])
 def test_torch_memory_device(torch_backend: Any, spec: ModelConfig, gpus: list[str],
                              device: str) -> None:
-    assert torch_backend(1).memory_device(spec, gpus) == device
+    assert torch_backend().memory_device(spec, gpus) == device
 
 
 def test_an_onnx_model_counts_against_the_host_when_onnxruntime_has_no_cuda() -> None:
@@ -226,14 +226,14 @@ def test_a_torch_folder_counts_its_weight_files_only(torch_backend: Any, tmp_pat
     (folder / "tokenizer.json").write_bytes(b"{}" * 5000)
     (folder / "README.md").write_text("a long model card " * 100)
     spec = ModelConfig(name="bert", path=folder, format="torch")
-    assert torch_backend(1).file_sizes_blocking(spec) == FileSizes(weights=1300, transient=0)
+    assert torch_backend().file_sizes_blocking(spec) == FileSizes(weights=1300, transient=0)
 
 
 def test_a_single_safetensors_file_counts_itself(torch_backend: Any, tmp_path: Path) -> None:
     path = tmp_path / "weights.safetensors"
     path.write_bytes(b"\0" * 4096)
     spec = ModelConfig(name="w", path=path, format="torch")
-    assert torch_backend(1).file_sizes_blocking(spec) == FileSizes(weights=4096, transient=0)
+    assert torch_backend().file_sizes_blocking(spec) == FileSizes(weights=4096, transient=0)
 
 
 def test_an_unavailable_model_is_sized_as_its_format_and_never_raises(tmp_path: Path) -> None:
@@ -409,7 +409,7 @@ def test_a_state_dict_batch_answers_each_request_its_own_rows(
         inputs=[TensorConfig(name="x", datatype="FP32", shape=[-1, 8])],
         outputs=[TensorConfig(name="y", datatype="FP32", shape=[-1, 3])],
     )
-    backend = torch_backend(1)
+    backend = torch_backend()
     backend.prepare_blocking(spec)
     instance = backend.load_blocking(spec)
     rng = np.random.default_rng(5)
@@ -435,7 +435,7 @@ def test_a_hugging_face_batch_answers_each_request_as_it_would_alone(
 
     save_bert(tmp_path / "bert", **TINY_BERT)
     spec = ModelConfig(name="bert", path=tmp_path / "bert", format="torch", device="cpu")
-    instance = torch_backend(1).load_blocking(spec)
+    instance = torch_backend().load_blocking(spec)
     requests = []
     # Token ids share their width (requests of other widths are never batched together).
     for seed, lengths in enumerate([[3, 5], [2], [7, 1, 4]]):
@@ -465,7 +465,7 @@ def test_hugging_face_validation_refuses_a_token_id_outside_the_vocabulary(
 
     save_bert(tmp_path / "bert", **TINY_BERT)
     spec = ModelConfig(name="bert", path=tmp_path / "bert", format="torch", device="cpu")
-    instance = torch_backend(1).load_blocking(spec)
+    instance = torch_backend().load_blocking(spec)
     ids = np.array([[1, TINY_BERT["vocab_size"]]], np.int64)
     try:
         with pytest.raises(InvalidInput, match="outside"):

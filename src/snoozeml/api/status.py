@@ -10,6 +10,8 @@ from snoozeml.engine.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
     ModelSnapshot,
+    ReplicaSnapshot,
+    ScalingSnapshot,
     StatusSnapshot,
 )
 
@@ -49,7 +51,10 @@ def _model(model: ModelSnapshot) -> dict[str, Any]:
         "pinned": model.pinned,
         "state": model.state,
         "reason": model.reason,
-        "replicas": len(model.replicas),
+        # A count, as before replicas could scale: those running (ready or draining).
+        "replicas": sum(1 for r in model.replicas if r.state != "loading"),
+        "replica_details": [_replica(replica) for replica in model.replicas],
+        "scaling": _scaling(model.scaling),
         "in_flight": model.in_flight,
         "queued": model.queued,
         "last_used": iso_time(model.last_used),
@@ -64,6 +69,40 @@ def _model(model: ModelSnapshot) -> dict[str, Any]:
         "requests": model.requests,
         "errors": model.errors,
         "batching": _batching(model.batching),
+    }
+
+
+def _replica(replica: ReplicaSnapshot) -> dict[str, Any]:
+    return {
+        "index": replica.index,
+        "device": replica.device,
+        "state": replica.state,
+        "in_flight": replica.in_flight,
+        "queued": replica.queued,
+        "inline": replica.inline,
+        "batches": replica.batches,
+        "requests": replica.requests,
+        "measured_bytes": replica.measured_bytes,
+        "loaded_at": iso_time(replica.loaded_at),
+    }
+
+
+def _scaling(scaling: ScalingSnapshot) -> dict[str, Any]:
+    return {
+        "min": scaling.min,
+        "max": scaling.max,
+        "strategy": scaling.strategy,
+        "target_queue": scaling.target_queue,
+        "scale_up_after_s": scaling.scale_up_after_s,
+        "scale_down_after_s": scaling.scale_down_after_s,
+        "devices": list(scaling.devices),
+        "intra_op_threads": scaling.intra_op_threads,
+        "desired": scaling.desired,
+        "blocked": scaling.blocked,
+        "last_error": scaling.last_error,
+        "added": scaling.added,
+        "removed": scaling.removed,
+        "failures": scaling.failures,
     }
 
 

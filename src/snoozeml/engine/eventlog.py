@@ -19,6 +19,10 @@ from snoozeml.engine.events import (
     LoadFinished,
     LoadStarted,
     OomRetry,
+    ReplicaAdded,
+    ReplicaDraining,
+    ReplicaFailed,
+    ReplicaRemoved,
     RequestFinished,
     Unloaded,
 )
@@ -51,6 +55,28 @@ def _deferred(event: LoadDeferred) -> None:
 def _unloaded(event: Unloaded) -> None:
     log_event("model_unloaded", model=event.model, reason=event.reason,
               freed_bytes=event.freed_bytes)
+
+
+def _replica_added(event: ReplicaAdded) -> None:
+    log_event("replica_added", model=event.model, replica=event.replica, device=event.device,
+              replicas=event.replicas)
+
+
+def _replica_draining(event: ReplicaDraining) -> None:
+    log_event("replica_draining", model=event.model, replica=event.replica,
+              replicas=event.replicas)
+
+
+def _replica_removed(event: ReplicaRemoved) -> None:
+    log_event("replica_removed", model=event.model, replica=event.replica, device=event.device,
+              freed_bytes=event.freed_bytes, replicas=event.replicas)
+
+
+def _replica_failed(event: ReplicaFailed) -> None:
+    # Once per episode: a spike that memory cannot serve would otherwise log at every retry.
+    level = logging.WARNING if event.first else logging.DEBUG
+    log_event("replica_refused" if event.memory else "replica_load_failed", level,
+              model=event.model, error=event.error)
 
 
 def _evicting(event: Evicting) -> None:
@@ -92,6 +118,10 @@ _LINES: dict[type[EngineEvent], Callable[[Any], None]] = {  # one line per kind
     Unloaded: _unloaded,
     Evicting: _evicting,
     OomRetry: _oom,
+    ReplicaAdded: _replica_added,
+    ReplicaDraining: _replica_draining,
+    ReplicaRemoved: _replica_removed,
+    ReplicaFailed: _replica_failed,
     BatchingDisabled: _batching_disabled,
     InlineDisabled: _inline_disabled,
     RequestFinished: _request,

@@ -99,6 +99,50 @@ class ModelIdle(EngineEvent):
     model: str
 
 
+# --- replicas (beyond the first load, which the lifecycle events describe) --------------------
+
+
+@dataclass(slots=True)
+class ReplicaAdded(EngineEvent):
+    """One more replica serves the model (its load was LoadStarted/LoadFinished)."""
+
+    model: str
+    replica: int
+    device: str
+    replicas: int  # ready replicas now
+
+
+@dataclass(slots=True)
+class ReplicaFailed(EngineEvent):
+    """A replica could not be added: memory refused it (`memory`) or its load failed. The
+    model keeps serving on the replicas it has. `first`: the first of an episode of such
+    failures (it ends when a replica is added, or the model stops wanting one)."""
+
+    model: str
+    error: str
+    memory: bool
+    first: bool
+
+
+@dataclass(slots=True)
+class ReplicaDraining(EngineEvent):
+    """A replica gets no new requests; it closes once it has finished those it holds."""
+
+    model: str
+    replica: int
+    replicas: int  # ready replicas now
+
+
+@dataclass(slots=True)
+class ReplicaRemoved(EngineEvent):
+    wakes: ClassVar[bool] = True
+    model: str
+    replica: int
+    device: str
+    freed_bytes: int
+    replicas: int  # ready replicas now
+
+
 # --- memory -----------------------------------------------------------------------------------
 
 

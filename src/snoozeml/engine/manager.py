@@ -1,5 +1,5 @@
-"""The registry of configured models: building them, finding them, preloading at start and
-unloading everything at shutdown."""
+"""The registry of configured models: building them, finding them, preloading at start (and
+starting the autoscaler) and unloading everything at shutdown."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from snoozeml.config import Config, ModelConfig
+from snoozeml.engine.autoscaler import Autoscaler
 from snoozeml.engine.clock import Clock, LoopClock
 from snoozeml.engine.events import EventBus
 from snoozeml.engine.memory import MemoryManager
 from snoozeml.engine.model import Model
 from snoozeml.engine.probes import MemoryProbe, SystemProbe
-from snoozeml.engine.replicas import ReplicaSet
+from snoozeml.engine.replicas import Placement, ReplicaSet
 from snoozeml.errors import ModelNotFound, SnoozeError, describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend
@@ -42,9 +43,15 @@ class ModelManager:
         self.models: dict[str, Model] = {}
         for spec in config.models:
             backend = backend_factory(spec)
-            replicas = ReplicaSet(spec, backend, backend.memory_device(spec, gpus), self.loader,
-                                  self.memory, self.events, self.clock)
+            placements = [
+                Placement(device, self.memory.device_key(
+                    backend.memory_device(spec.model_copy(update={"device": device}), gpus)))
+                for device in spec.replicas.devices or [spec.device]
+            ]
+            replicas = ReplicaSet(spec, backend, placements, self.loader, self.memory,
+                                  self.events, self.clock)
             self.models[spec.name] = Model(spec, replicas, self.events, self.clock)
+        self.autoscaler = Autoscaler(self.models.values(), self.events, self.clock)
         self._preloads: list[asyncio.Task[None]] = []
 
     def get(self, name: str, version: str | None = None) -> Model:
@@ -56,10 +63,11 @@ class ModelManager:
         return model
 
     def start_preloads(self) -> None:
-        """Load the `preload = true` models, and read every model's predicted size, in the
-        background."""
+        """Load the `preload = true` models and those kept loaded (`replicas.min` > 0), read
+        every model's predicted size, in the background; start the autoscaler."""
+        self.autoscaler.start()
         for model in self.models.values():
-            if model.spec.preload:
+            if model.spec.preload or model.spec.replicas.min > 0:
                 self._preloads.append(asyncio.create_task(self._preload(model)))
         self._preloads.append(asyncio.create_task(self._predict_sizes()))
 
@@ -81,7 +89,8 @@ class ModelManager:
                       error=describe_exception(exc))
 
     async def shutdown(self) -> None:
-        """Unload every model (reason `shutdown`) and stop the loader threads."""
+        """Stop scaling, unload every model (reason `shutdown`) and stop the loader threads."""
+        await self.autoscaler.stop()
         for task in self._preloads:
             if not task.done():
                 await asyncio.wait({task})

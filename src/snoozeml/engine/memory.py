@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from snoozeml.config import ModelConfig, ServerConfig
@@ -80,17 +80,19 @@ def shortfall(used: int, needed: int, budget: int) -> int:
 
 
 class Tenant(Protocol):
-    """What the memory manager sees of a model (engine/model.py's Model)."""
+    """What the memory manager sees of a model (engine/model.py's Model), whose replicas may
+    sit on several devices."""
 
     @property
     def name(self) -> str: ...
 
-    @property
-    def device(self) -> str: ...
+    def resident_on(self, device: str) -> int:
+        """Bytes the model holds on `device` (a budget's key)."""
+        ...
 
-    def resident_bytes(self) -> int | None: ...
-
-    def resident(self, now: float) -> Resident | None: ...
+    def resident(self, now: float, device: str) -> Resident | None:
+        """The model as an eviction candidate for room on `device`; None when it holds none."""
+        ...
 
     async def unload(self, reason: str) -> None: ...
 
@@ -124,11 +126,12 @@ class MemoryManager:
 
     def used(self, device: str) -> int:
         """Bytes held by models on `device` (loaded or still unloading)."""
-        total = 0
-        for tenant in self._tenants():
-            if self.device_key(tenant.device) == device:
-                total += tenant.resident_bytes() or 0
-        return total
+        return sum(tenant.resident_on(device) for tenant in self._tenants())
+
+    def free(self, device: str) -> int:
+        """What the budget of `device` has left beside the models and the load in progress."""
+        device = self.device_key(device)
+        return self.budgets[device] - self.used(device) - self.reserved(device)
 
     def measuring(self, device: str) -> asyncio.Lock:
         """Held around a load's or an unload's before/after reading, so loads and unloads
@@ -152,12 +155,15 @@ class MemoryManager:
 
     @asynccontextmanager
     async def admission(
-        self, name: str, device: str, resident: int, transient: int
+        self, name: str, device: str, resident: int, transient: int, *, wait: bool = True,
+        colder_than: float | None = None,
     ) -> AsyncIterator[None]:
         """Hold room for a load of model `name` (peak = resident + transient) while it runs.
 
-        Evicts least-recently-used idle models as needed and waits up to `memory_wait` for
-        busy ones; raises ModelTooLarge or MemoryExhausted when the load cannot fit.
+        Evicts least-recently-used idle models as needed and, with `wait`, waits up to
+        `memory_wait` for busy ones; raises ModelTooLarge or MemoryExhausted when the load
+        cannot fit. `colder_than` (monotonic seconds) spares every model used since then: a
+        replica added for a spike evicts only models colder than the spike.
         """
         device = self.device_key(device)
         budget = self.budgets[device]
@@ -171,22 +177,26 @@ class MemoryManager:
             )
         lock = self._locks.setdefault(device, asyncio.Lock())
         async with lock:
-            await self._make_room(name, device, budget, peak)
+            await self._make_room(name, device, budget, peak, wait, colder_than)
             self._reserved[device] = (name, peak)
             try:
                 yield
             finally:
                 del self._reserved[device]
 
-    async def _make_room(self, name: str, device: str, budget: int, peak: int) -> None:
-        deadline = self._clock() + self.memory_wait
+    async def _make_room(
+        self, name: str, device: str, budget: int, peak: int, wait: bool,
+        colder_than: float | None,
+    ) -> None:
+        waits = self.memory_wait if wait else 0.0
+        deadline = self._clock() + waits
         while True:
             changed = self._events.changed()  # taken before looking, so no release is missed
             used = self.used(device)
             missing = shortfall(used, peak, budget)
             if missing == 0:
                 return
-            residents = self._residents(device, exclude=name)
+            residents = self._residents(device, exclude=name, colder_than=colder_than)
             victims = pick_victims(residents, missing, self._clock(), self.min_residency)
             if victims:
                 self._events.publish(Evicting(name, device, missing, tuple(victims)))
@@ -195,34 +205,45 @@ class MemoryManager:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 raise MemoryExhausted(self._explain(name, device, budget, peak, used,
-                                                    residents), retry_after=5.0)
+                                                    residents, waits if wait else None),
+                                      retry_after=5.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
 
-    def _residents(self, device: str, exclude: str | None) -> list[Resident]:
+    def _residents(
+        self, device: str, exclude: str | None, colder_than: float | None = None
+    ) -> list[Resident]:
         now = self._clock()
         found = []
         for tenant in self._tenants():
-            if tenant.name == exclude or self.device_key(tenant.device) != device:
+            if tenant.name == exclude:
                 continue
-            resident = tenant.resident(now)
-            if resident is not None:
-                found.append(resident)
+            resident = tenant.resident(now, device)
+            if resident is None:
+                continue
+            if colder_than is not None and not resident.holds \
+                    and resident.last_used >= colder_than:
+                resident = replace(resident, holds="used since the spike")
+            found.append(resident)
         return found
 
     def _explain(
         self, name: str, device: str, budget: int, peak: int, used: int,
-        residents: Sequence[Resident],
+        residents: Sequence[Resident], waited: float | None,
     ) -> str:
-        holders = ", ".join(
-            f"{r.name} ({format_bytes(r.bytes)}, {r.holds or 'idle'})"
-            for r in sorted(residents, key=lambda r: -r.bytes)
-        ) or "nothing"
+        held = [(r.name, r.bytes, r.holds or "idle")
+                for r in sorted(residents, key=lambda r: -r.bytes)]
+        own = used - sum(r.bytes for r in residents)  # the model's own replicas
+        if own > 0:
+            held.insert(0, (name, own, "its own replicas"))
+        holders = ", ".join(f"{who} ({format_bytes(size)}, {why})"
+                            for who, size, why in held) or "nothing"
         return (
             f"not enough memory on {device} for model {name!r}: it needs "
             f"{format_bytes(peak)}, the budget is {format_bytes(budget)} and "
-            f"{format_bytes(used)} is held by {holders}; waited {self.memory_wait:g}s for "
-            "memory to be released"
+            f"{format_bytes(used)} is held by {holders}"
+            + (f"; waited {waited:g}s for memory to be released" if waited is not None
+               else "; an added replica does not wait for memory")
         )
 
     async def _unload(self, names: Iterable[str], reason: str) -> None:

@@ -13,6 +13,12 @@ Invariants:
 - The model has replicas exactly when it is READY or UNLOADING.
 - A model with leases (`_in_flight > 0`) is never unloaded; the unload waits for the last one.
 - The idle timer measures from the end of the last lease.
+- Replicas are added and removed one at a time, under `_scaling`, and only while READY; an
+  unload waits for the one in progress. While one is added the model is never evicted (the
+  add may be waiting for the memory an eviction would be freeing).
+
+Long because the lifecycle, the leases and the scaling steps share one state and the invariants
+above: apart, each would reach into the others' fields.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ from snoozeml.engine.events import (
     LoadDeferred,
     LoadFailed,
     ModelIdle,
+    ReplicaAdded,
+    ReplicaDraining,
+    ReplicaFailed,
+    ReplicaRemoved,
     StateChanged,
     Unloaded,
 )
@@ -42,6 +52,7 @@ from snoozeml.errors import (
     LoadTimeout,
     MemoryExhausted,
     ModelLoadFailed,
+    ModelTooLarge,
     SnoozeError,
     describe_exception,
 )
@@ -106,7 +117,11 @@ class Model:
         self._drained: asyncio.Event | None = None
         self._loaded_at = clock.now()
         self._last_used_wall: float | None = None
-        self._idle = IdleTimer(clock, spec.idle_timeout, self._on_idle)
+        self._idle = IdleTimer(clock, spec.idle_timeout if spec.replicas.min == 0 else None,
+                               self._on_idle)
+        self._scaling = asyncio.Lock()
+        self.scale_blocked: str | None = None  # why replicas cannot be added, this episode
+        self.scale_error: str | None = None  # the last failed add's error
 
     # --- state -----------------------------------------------------------------------------
 
@@ -136,7 +151,14 @@ class Model:
 
     @property
     def pinned(self) -> bool:
-        return self.spec.idle_timeout is None
+        """Never unloaded for being idle, nor evicted: `idle_timeout = "never"`, or
+        `replicas.min` at least 1."""
+        return self.spec.idle_timeout is None or self.spec.replicas.min > 0
+
+    @property
+    def scaling(self) -> bool:
+        """A replica is being added or removed."""
+        return self._scaling.locked()
 
     def expires_in(self) -> float | None:
         """Seconds until the idle timer unloads the model, or None if it will not."""
@@ -151,19 +173,25 @@ class Model:
     # --- memory (the MemoryManager's view) -------------------------------------------------
 
     def resident_bytes(self) -> int | None:
-        """Bytes the model holds now: measured after its last load, else predicted."""
+        """Bytes the model holds now on all its devices: each replica's measured size (the
+        predicted one until measured); None when not loaded."""
         if self._state not in (State.READY, State.UNLOADING):
             return None
         return self.replicas.resident_bytes()
 
-    def resident(self, now: float) -> Resident | None:
-        size = self.resident_bytes()
-        if size is None:
+    def resident_on(self, device: str) -> int:
+        return self.replicas.resident_bytes(device)
+
+    def resident(self, now: float, device: str) -> Resident | None:
+        size = self.replicas.resident_bytes(device)
+        if not size or self._state not in (State.READY, State.UNLOADING):
             return None
         if self._state is State.UNLOADING:
             holds = "unloading"
         elif self._in_flight or self.replicas.queued or self._awaiting_load:
             holds = "busy"
+        elif self._scaling.locked():
+            holds = "scaling"
         elif self.pinned:
             holds = "pinned"
         else:
@@ -224,6 +252,8 @@ class Model:
     def _release(self, replica: Replica) -> None:
         """End a lease. The last one to end starts the idle timer."""
         replica.in_flight -= 1
+        if replica.drained is not None and not replica.in_flight:
+            replica.drained.set()
         self._in_flight -= 1
         self._last_used_wall = self._clock.wall()
         if self._in_flight == 0:
@@ -286,11 +316,65 @@ class Model:
         self._events.publish(LoadFailed(self.name, self._error, backoff, seconds))
 
     async def load(self) -> None:
-        """Load now (an explicit request): a FAILED model is retried without its backoff."""
+        """Load now (an explicit request): a FAILED model is retried without its backoff.
+        Brings up `replicas.min` replicas (at least one); a replica beyond the first that
+        cannot be added leaves the model serving on the ones it has."""
         if self._state is State.FAILED:
             self._retry_at = 0.0
         async with self.lease():
             pass
+        while len(self.replicas.ready) < min(self.spec.replicas.min,
+                                             self.replicas.max_replicas):
+            try:
+                if await self.add_replica(until=self.spec.replicas.min) is None:
+                    return
+            except Exception:  # published by add_replica; the autoscaler tries again later
+                return
+
+    # --- replicas --------------------------------------------------------------------------
+
+    async def add_replica(
+        self, colder_than: float | None = None, until: int | None = None
+    ) -> Replica | None:
+        """One more replica for the READY model, if memory admits it at once (evicting only
+        models used before `colder_than`); None when the model is not READY, or already has
+        `until` ready replicas (or its most) once the step before has finished. A failure is
+        published (ReplicaFailed) and raised: MemoryExhausted, ModelTooLarge or the backend's
+        error."""
+        async with self._scaling:
+            most = self.replicas.max_replicas if until is None else \
+                min(until, self.replicas.max_replicas)
+            if self._state is not State.READY or len(self.replicas.ready) >= most:
+                return None
+            try:
+                replica = await self.replicas.add(wait=False, colder_than=colder_than)
+            except Exception as exc:
+                error = exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
+                first = self.scale_blocked is None
+                self.scale_blocked = self.scale_error = error
+                self._events.publish(ReplicaFailed(
+                    self.name, error, isinstance(exc, (MemoryExhausted, ModelTooLarge)), first))
+                raise
+            self.scale_blocked = None
+            self._events.publish(ReplicaAdded(self.name, replica.index, replica.device,
+                                              len(self.replicas.ready)))
+            return replica
+
+    async def remove_replica(self, until: int = 1) -> bool:
+        """Drain the replica with the least work and close it once it has finished; False
+        when the model is not READY or has `until` ready replicas or fewer once the step
+        before has finished (the last one goes with the model, by the idle timer or an
+        unload)."""
+        async with self._scaling:
+            if self._state is not State.READY or len(self.replicas.ready) <= max(until, 1):
+                return False
+            replica = self.replicas.start_draining()
+            ready = len(self.replicas.ready)
+            self._events.publish(ReplicaDraining(self.name, replica.index, ready))
+            freed = await self.replicas.remove(replica)
+            self._events.publish(ReplicaRemoved(self.name, replica.index, replica.device,
+                                                freed, ready))
+            return True
 
     async def metadata(self) -> ModelMetadata:
         """The model's metadata; loads the model once if it has never been loaded (a FAILED
@@ -332,12 +416,14 @@ class Model:
                 await self._drained.wait()
                 self._drained = None
             try:
-                freed = await self.replicas.remove_all()
+                async with self._scaling:  # a replica being added or drained finishes first
+                    freed = await self.replicas.remove_all()
             except Exception as exc:  # the replicas are gone either way; so is the model
                 log_event("unload_failed", logging.ERROR, model=self.name,
                           error=describe_exception(exc))
                 freed = 0
             self._reason = reason
+            self.scale_blocked = None
             self._move(Event.UNLOADED)
             self._events.publish(Unloaded(self.name, reason, freed))
         finally:

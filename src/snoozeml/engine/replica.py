@@ -3,9 +3,11 @@ halves of building and closing one (they run on the loader threads)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import Enum
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
@@ -16,19 +18,28 @@ from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, Instance
 
 
+class ReplicaState(Enum):
+    LOADING = "loading"  # admitted, the backend builds it: no requests yet
+    READY = "ready"  # requests are routed to it
+    DRAINING = "draining"  # finishing what it holds before it closes: no new requests
+
+
 @dataclass(eq=False, slots=True)
 class Replica:
     """What a lease hands out: the instance (its `validate_inputs`) and the batch queue (its
     `submit`). `in_flight` counts the leases held on this replica."""
 
     index: int  # unique within its model, never reused
-    device: str
+    device: str  # whose memory budget it counts against ("cpu", "cuda:1")
     instance: Instance
     worker: ThreadPoolExecutor
     batcher: Batcher
     measured_bytes: int
     loaded_at: float  # epoch seconds
     in_flight: int = 0
+    state: ReplicaState = ReplicaState.READY
+    # Set while it drains: the lease that ends its last request sets it.
+    drained: asyncio.Event | None = None
 
     @property
     def metadata(self) -> ModelMetadata:

@@ -1,14 +1,16 @@
-"""The loaded replicas of one model, and how each comes and goes.
+"""The loaded replicas of one model, how each comes and goes, and which one a request goes to.
 
 A `ReplicaSet` owns what is per instance or shared by a model's instances: the backend, the
-predicted and measured sizes, the one batching policy all its replicas follow (kept across
+predicted and measured sizes, where a replica may go (`Placement`s) and how many may share the
+CPU, the routing strategy, the one batching policy all its replicas follow (kept across
 reloads when the model turned out not to batch), and every replica's load (memory admission,
-the backend load with one retry after an out-of-memory error, measuring) and unload. The model
-(engine/model.py) decides *when*: its lifecycle, leases and idle timer.
+the backend load with one retry after an out-of-memory error, measuring), drain and unload.
+The model (engine/model.py) decides *when*: its lifecycle, leases, idle timer, scaling lock.
 
 Invariants:
 - A replica is in `replicas` from the moment it runs until it is closed; while it is there
-  its memory counts as used on its device.
+  its memory counts as used on its device. `ready` is the part of it requests are routed to.
+- A draining replica gets no new lease; it is closed once its last one has ended.
 - Every replica of one model has the same policy object, written only here.
 """
 
@@ -16,7 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections.abc import Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
@@ -25,10 +31,40 @@ from snoozeml.engine.batching import BatchPolicy, batching_blocker
 from snoozeml.engine.clock import Clock
 from snoozeml.engine.events import BatchingDisabled, EventBus, LoadFinished, LoadStarted
 from snoozeml.engine.memory import MemoryManager
-from snoozeml.engine.replica import Replica, close_replica_blocking, load_instance_blocking
+from snoozeml.engine.replica import (
+    Replica,
+    ReplicaState,
+    close_replica_blocking,
+    load_instance_blocking,
+)
 from snoozeml.errors import describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, FileSizes, Instance
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A device a replica may go to: what the backend is told, and whose budget it uses."""
+
+    device: str  # the model's `device`, or one of `replicas.devices` ("auto", "cuda:1", ...)
+    memory: str  # the budget it counts against ("cpu", "cuda:1")
+
+
+def cpu_replica_cap(spec: ModelConfig, cores: int) -> int | None:
+    """How many of the model's replicas may run on the CPU at once: as many as there are
+    cores, each with one intra-op thread (measured in docs/scaling.md: two one-thread sessions
+    run 1.7-1.9x the requests of one, a two-thread session fewer than a one-thread one).
+    None when the file sets `intra_op_threads`: the user's count wins, uncapped."""
+    if "intra_op_threads" in spec.model_fields_set:
+        return None
+    return max(1, cores)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 class ReplicaSet:
@@ -36,19 +72,28 @@ class ReplicaSet:
         self,
         spec: ModelConfig,
         backend: Backend,
-        device: str,
+        placements: Sequence[Placement],
         loader: Executor,
         memory: MemoryManager,
         events: EventBus,
         clock: Clock,
+        cores: int | None = None,
     ) -> None:
+        assert placements, "a model needs somewhere to run"
         self.spec = spec
         self.name = spec.name
-        self.device = device  # whose memory budget the replicas count against
-        self.replicas: list[Replica] = []
+        self.placements = tuple(placements)
+        self.device = placements[0].memory  # where the model counts when it has no replica
+        self.threads = spec.intra_op_threads  # per replica: 1 unless the file says
+        self.cpu_cap = cpu_replica_cap(spec, cores or usable_cores())
+        self.replicas: list[Replica] = []  # running: ready or draining
+        self.ready: list[Replica] = []  # what requests are routed to
+        self.loading: dict[int, str] = {}  # replica index -> budget, while it loads
         self.policy: BatchPolicy | None = None  # None until the first load decides
         self.predicted_bytes: int | None = None
         self.measured_bytes: int | None = None  # the last replica's, after its load
+        self._round_robin = spec.replicas.strategy == "round-robin"
+        self._turn = 0
         self._sizes: FileSizes | None = None
         self._unsplittable: str | None = None  # why batching stopped for good, if it did
         self._next_index = 0
@@ -57,30 +102,53 @@ class ReplicaSet:
         self._memory = memory
         self._events = events
         self._clock = clock
-        self._hooks = BatcherHooks(backend.is_out_of_memory, self._relieve_oom_after_run,
-                                   self.disable_batching, RunTimes())
+        self._run_times = RunTimes()  # the model's, shared by its replicas' batchers
+
+    # --- routing -------------------------------------------------------------------------------
+
+    def pick(self) -> Replica:
+        """The replica a new request goes to. `least-queue`: the fewest queued + running
+        requests, ties taken in turn; `round-robin`: each in turn. Needs a ready replica."""
+        ready = self.ready
+        count = len(ready)
+        if count == 1:
+            return ready[0]
+        turn = self._turn = self._turn + 1
+        best = ready[turn % count]
+        if self._round_robin:
+            return best
+        fewest = best.load
+        for step in range(1, count):
+            replica = ready[(turn + step) % count]
+            if replica.load < fewest:
+                best, fewest = replica, replica.load
+        return best
 
     # --- reading -------------------------------------------------------------------------------
 
-    def pick(self) -> Replica:
-        """The replica a new request goes to: the least loaded. Needs at least one."""
-        replicas = self.replicas
-        if len(replicas) == 1:
-            return replicas[0]
-        return min(replicas, key=lambda replica: replica.load)
+    @property
+    def load(self) -> int:
+        """Queued and running requests on the ready replicas."""
+        return sum(replica.load for replica in self.ready)
 
     @property
     def queued(self) -> int:
         return sum(replica.batcher.queued for replica in self.replicas)
 
     @property
+    def draining(self) -> int:
+        return len(self.replicas) - len(self.ready)
+
+    @property
     def runs_inline(self) -> bool:
         return any(replica.batcher.runs_inline for replica in self.replicas)
 
-    def resident_bytes(self) -> int:
-        """What the replicas hold: each one's measured size (else the predicted one)."""
+    def resident_bytes(self, device: str | None = None) -> int:
+        """What the replicas hold (on `device`, or everywhere): each one's measured size,
+        else the predicted one."""
         fallback = self.predicted_bytes or 0
-        return sum(replica.measured_bytes or fallback for replica in self.replicas)
+        return sum(replica.measured_bytes or fallback for replica in self.replicas
+                   if device is None or replica.device == device)
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -97,57 +165,95 @@ class ReplicaSet:
 
     # --- loading -------------------------------------------------------------------------------
 
-    async def add(self) -> Replica:
-        """Load one more replica: admitted by the memory manager, measured, running. Raises
-        ModelTooLarge or MemoryExhausted when it cannot fit, or the backend's own error."""
+    async def add(self, *, wait: bool = True, colder_than: float | None = None) -> Replica:
+        """Load one more replica on the placement with the most free memory: admitted by the
+        memory manager (`wait` and `colder_than` as in `admission`), measured, running.
+        Raises ModelTooLarge or MemoryExhausted when it cannot fit, or the backend's error."""
         loop = asyncio.get_running_loop()
         await self.predict_size()
         assert self._sizes is not None
-        await loop.run_in_executor(self._loader, self._backend.prepare_blocking, self.spec)
+        placement = self._place()
+        spec = self.spec.model_copy(update={"device": placement.device})
+        await loop.run_in_executor(self._loader, self._backend.prepare_blocking, spec)
         resident = self.measured_bytes or self.predicted_bytes or 0
         index = self._next_index
         self._next_index += 1
-        async with self._memory.admission(self.name, self.device, resident,
-                                          self._sizes.transient):
-            # Timed from here: waiting for the device is not loading.
-            started = self._clock.now()
-            self._events.publish(LoadStarted(self.name, index, self.device, str(self.spec.path)))
-            instance, measured = await self._load_instance()
-            replica = self._start(index, instance, measured)
-        self._events.publish(LoadFinished(self.name, index, self.device,
+        try:
+            async with self._memory.admission(self.name, placement.memory, resident,
+                                              self._sizes.transient, wait=wait,
+                                              colder_than=colder_than):
+                # Timed from here: waiting for the device is not loading.
+                self.loading[index] = placement.memory
+                started = self._clock.now()
+                self._events.publish(LoadStarted(self.name, index, placement.memory,
+                                                 str(self.spec.path)))
+                instance, measured = await self._load_instance(spec, placement.memory)
+                replica = self._start(index, placement.memory, instance, measured)
+        finally:
+            self.loading.pop(index, None)
+        self._events.publish(LoadFinished(self.name, index, placement.memory,
                                           self._clock.now() - started, measured))
         return replica
 
-    async def _load_instance(self) -> tuple[Instance, int]:
+    @property
+    def max_replicas(self) -> int:
+        """`replicas.max`, but no more CPU replicas than `cpu_cap` when every placement is
+        the CPU."""
+        top = self.spec.replicas.max
+        if self.cpu_cap is not None and all(p.memory == "cpu" for p in self.placements):
+            return min(top, self.cpu_cap)
+        return top
+
+    def _place(self) -> Placement:
+        """The placement whose budget has the most room (then the one with fewer of this
+        model's replicas, then the first listed); the CPU only below `cpu_cap`."""
+        placements = self.placements
+        if self.cpu_cap is not None and \
+                sum(1 for r in self.replicas if r.device == "cpu") >= self.cpu_cap:
+            placements = tuple(p for p in placements if p.memory != "cpu") or placements
+        if len(placements) == 1:
+            return placements[0]
+
+        def room(ranked: tuple[int, Placement]) -> tuple[int, int, int]:
+            order, placement = ranked
+            mine = sum(1 for r in self.replicas if r.device == placement.memory)
+            return (-self._memory.free(placement.memory), mine, order)
+
+        return min(enumerate(placements), key=room)[1]
+
+    async def _load_instance(self, spec: ModelConfig, device: str) -> tuple[Instance, int]:
         """The instance and the memory it added on its device (admission holds the device
         against other loads meanwhile)."""
         loop = asyncio.get_running_loop()
         probe = self._memory.probe
-        before = probe.used(self.device)
+        before = probe.used(device)
         try:
             instance = await loop.run_in_executor(
-                self._loader, load_instance_blocking, self._backend, self.spec
+                self._loader, load_instance_blocking, self._backend, spec
             )
         except Exception as exc:
             if not self._backend.is_out_of_memory(exc):
                 raise
-            await self._memory.relieve_oom(self.name, self.device, "load",
-                                           describe_exception(exc))
-            before = probe.used(self.device)  # after the evictions, not before them
+            await self._memory.relieve_oom(self.name, device, "load", describe_exception(exc))
+            before = probe.used(device)  # after the evictions, not before them
             instance = await loop.run_in_executor(
-                self._loader, load_instance_blocking, self._backend, self.spec
+                self._loader, load_instance_blocking, self._backend, spec
             )
-        return instance, max(probe.used(self.device) - before, 0)
+        return instance, max(probe.used(device) - before, 0)
 
-    def _start(self, index: int, instance: Instance, measured: int) -> Replica:
+    def _start(self, index: int, device: str, instance: Instance, measured: int) -> Replica:
         policy = self._policy_for(instance.metadata)
         worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{self.name}")
-        batcher = Batcher(self.name, index, instance, worker, policy, self._events, self._hooks,
+        hooks = BatcherHooks(self._backend.is_out_of_memory,
+                             partial(self._relieve_oom_after_run, device),
+                             self.disable_batching, self._run_times)
+        batcher = Batcher(self.name, index, instance, worker, policy, self._events, hooks,
                           self._clock.now)
         batcher.start()
-        replica = Replica(index, self.device, instance, worker, batcher, measured,
+        replica = Replica(index, device, instance, worker, batcher, measured,
                           self._clock.wall())
         self.replicas.append(replica)
+        self.ready.append(replica)
         self.measured_bytes = measured
         return replica
 
@@ -177,28 +283,55 @@ class ReplicaSet:
             replica.batcher.policy = self.policy
         self._events.publish(BatchingDisabled(self.name, reason))
 
-    async def _relieve_oom_after_run(self, exc: BaseException) -> None:
-        await self._memory.relieve_oom(self.name, self.device, "run", describe_exception(exc))
+    async def _relieve_oom_after_run(self, device: str, exc: BaseException) -> None:
+        await self._memory.relieve_oom(self.name, device, "run", describe_exception(exc))
 
     # --- unloading -----------------------------------------------------------------------------
 
+    def start_draining(self) -> Replica:
+        """Take the replica with the least work (the newest among equals) out of routing; it
+        keeps what it holds. Needs two ready replicas: the model keeps serving on the rest."""
+        assert len(self.ready) > 1, "the last ready replica goes with the model"
+        replica = min(reversed(self.ready), key=lambda r: r.load)
+        self.ready.remove(replica)
+        replica.state = ReplicaState.DRAINING
+        if replica.in_flight:
+            replica.drained = asyncio.Event()
+        return replica
+
+    async def remove(self, replica: Replica) -> int:
+        """Close a draining replica once its last lease has ended; returns the bytes this
+        freed on its device."""
+        if replica.drained is not None:
+            await replica.drained.wait()
+        return await self._close([replica], replica.device)
+
     async def remove_all(self) -> int:
         """Stop and close every replica (their leases must have ended); returns the bytes this
-        freed on the device."""
+        freed on the model's devices."""
+        freed = 0
+        for device in dict.fromkeys(replica.device for replica in self.replicas):
+            freed += await self._close([r for r in self.replicas if r.device == device], device)
+        return freed
+
+    async def _close(self, replicas: list[Replica], device: str) -> int:
         loop = asyncio.get_running_loop()
         probe = self._memory.probe
         # One measured unload per device at a time, so each frees only its own bytes.
-        async with self._memory.measuring(self.device):
+        async with self._memory.measuring(device):
             try:
-                before = probe.used(self.device)
-                for replica in self.replicas:
+                before = probe.used(device)
+                for replica in replicas:
                     try:
                         await replica.batcher.stop()
                         await loop.run_in_executor(self._loader, close_replica_blocking,
                                                    replica)
                     except Exception as exc:  # the replica is dropped either way
                         log_event("unload_failed", logging.ERROR, model=self.name,
-                                  error=describe_exception(exc))
+                                  replica=replica.index, error=describe_exception(exc))
             finally:
-                self.replicas.clear()
-            return max(before - probe.used(self.device), 0)
+                for replica in replicas:
+                    self.replicas.remove(replica)
+                    if replica in self.ready:
+                        self.ready.remove(replica)
+            return max(before - probe.used(device), 0)

@@ -13,11 +13,13 @@ from snoozeml.engine.events import Draining, EventBus, InferenceFailed, Inferenc
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
+from snoozeml.engine.replica import ReplicaState
 from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.snapshots import (
     BatchingSnapshot,
     ModelSnapshot,
     ReplicaSnapshot,
+    ScalingSnapshot,
     ServerSnapshot,
     StatusSnapshot,
 )
@@ -144,11 +146,8 @@ class InferenceService:
             pinned=model.pinned,
             state=model.state.value,
             reason=model.reason,
-            replicas=tuple(
-                ReplicaSnapshot(r.index, r.device, r.in_flight, r.batcher.queued,
-                                r.batcher.runs_inline, r.measured_bytes, r.loaded_at)
-                for r in replicas.replicas
-            ),
+            replicas=self._replica_snapshots(model),
+            scaling=self._scaling_snapshot(model),
             in_flight=model.in_flight,
             queued=replicas.queued,
             last_used=model.last_used,
@@ -178,6 +177,43 @@ class InferenceService:
                 queue_full=counters.queue_full,
                 dropped=counters.dropped,
             ),
+        )
+
+
+    def _replica_snapshots(self, model: Model) -> tuple[ReplicaSnapshot, ...]:
+        counters = self.counters.model(model.name)
+        running = tuple(
+            ReplicaSnapshot(r.index, r.device, r.state.value, r.in_flight, r.batcher.queued,
+                            r.batcher.runs_inline, counters.replica_batches.get(r.index, 0),
+                            counters.replica_requests.get(r.index, 0), r.measured_bytes,
+                            r.loaded_at)
+            for r in model.replicas.replicas
+        )
+        loading = tuple(
+            ReplicaSnapshot(index, device, ReplicaState.LOADING.value, 0, 0, False, 0, 0, None,
+                            None)
+            for index, device in model.replicas.loading.items()
+        )
+        return running + loading
+
+    def _scaling_snapshot(self, model: Model) -> ScalingSnapshot:
+        conf = model.spec.replicas
+        counters = self.counters.model(model.name)
+        return ScalingSnapshot(
+            min=min(conf.min, model.replicas.max_replicas),
+            max=model.replicas.max_replicas,
+            strategy=conf.strategy,
+            target_queue=float(conf.target_queue),
+            scale_up_after_s=conf.scale_up_after,
+            scale_down_after_s=conf.scale_down_after,
+            devices=tuple(dict.fromkeys(p.memory for p in model.replicas.placements)),
+            intra_op_threads=model.replicas.threads,
+            desired=self.manager.autoscaler.desired(model.name),
+            blocked=model.scale_blocked,
+            last_error=model.scale_error,
+            added=counters.replicas_added,
+            removed=counters.replicas_removed,
+            failures=counters.replica_failures,
         )
 
 

@@ -33,11 +33,32 @@ class DeviceSnapshot:
 class ReplicaSnapshot:
     index: int
     device: str
-    in_flight: int
+    state: str  # loading, ready, draining
+    in_flight: int  # requests leased to it: queued or running
     queued: int
     inline: bool  # very short batches run on the event loop
-    measured_bytes: int
-    loaded_at: float  # epoch seconds
+    batches: int  # batches it ran
+    requests: int  # requests those batches held
+    measured_bytes: int | None  # None while it loads
+    loaded_at: float | None  # epoch seconds; None while it loads
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingSnapshot:
+    min: int
+    max: int
+    strategy: str
+    target_queue: float
+    scale_up_after_s: float
+    scale_down_after_s: float
+    devices: tuple[str, ...]  # where replicas may go (their budgets)
+    intra_op_threads: int  # per replica
+    desired: int | None  # what the autoscaler last decided; None when it does not scale
+    blocked: str | None  # why no replica can be added, while the model wants one
+    last_error: str | None  # the last failed add's
+    added: int  # replicas added beyond each load's first
+    removed: int  # replicas drained and closed by scaling down
+    failures: int  # adds that memory refused or whose load failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +88,7 @@ class ModelSnapshot:
     state: str
     reason: str
     replicas: tuple[ReplicaSnapshot, ...]
+    scaling: ScalingSnapshot
     in_flight: int
     queued: int
     last_used: float | None  # epoch seconds of the last lease's end

@@ -9,7 +9,7 @@ happened.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from snoozeml.engine.events import (
     BatchRun,
@@ -22,6 +22,9 @@ from snoozeml.engine.events import (
     OomRetry,
     QueueFull,
     QueueTimedOut,
+    ReplicaAdded,
+    ReplicaFailed,
+    ReplicaRemoved,
     RequestDropped,
 )
 
@@ -43,6 +46,11 @@ class ModelCounters:
     queue_timeouts: int = 0
     queue_full: int = 0
     dropped: int = 0
+    replica_batches: dict[int, int] = field(default_factory=dict)  # replica index -> batches
+    replica_requests: dict[int, int] = field(default_factory=dict)  # replica index -> requests
+    replicas_added: int = 0
+    replicas_removed: int = 0
+    replica_failures: int = 0
 
 
 class Counters:
@@ -64,6 +72,9 @@ class Counters:
             RequestDropped: self._dropped,
             Evicting: self._evicting,
             OomRetry: self._oom,
+            ReplicaAdded: self._replica_added,
+            ReplicaRemoved: self._replica_removed,
+            ReplicaFailed: self._replica_failed,
         })
 
     def model(self, name: str) -> ModelCounters:
@@ -84,6 +95,9 @@ class Counters:
         counters.largest_batch = max(counters.largest_batch, requests)
         counters.queue_wait_s += sum(event.queue_seconds)
         counters.run_s += event.run_seconds
+        replica = event.replica
+        counters.replica_batches[replica] = counters.replica_batches.get(replica, 0) + 1
+        counters.replica_requests[replica] = counters.replica_requests.get(replica, 0) + requests
 
     def _loaded(self, event: LoadFinished) -> None:
         counters = self._models[event.model]
@@ -101,6 +115,15 @@ class Counters:
 
     def _dropped(self, event: RequestDropped) -> None:
         self._models[event.model].dropped += 1
+
+    def _replica_added(self, event: ReplicaAdded) -> None:
+        self._models[event.model].replicas_added += 1
+
+    def _replica_removed(self, event: ReplicaRemoved) -> None:
+        self._models[event.model].replicas_removed += 1
+
+    def _replica_failed(self, event: ReplicaFailed) -> None:
+        self._models[event.model].replica_failures += 1
 
     def _evicting(self, event: Evicting) -> None:
         self._evicted("memory_pressure", len(event.victims))

@@ -23,5 +23,5 @@ def backend_for(spec: ModelConfig) -> Backend:
             if "snoozeml[torch]" not in reason:  # runtime/torch.py's own message names it
                 reason += "; torch models need the extra: pip install 'snoozeml[torch]'"
             return UnavailableBackend(reason)
-        return TorchBackend(spec.intra_op_threads)
+        return TorchBackend()
     return UnavailableBackend(f"model format {spec.format!r} is not supported")

@@ -36,9 +36,6 @@ with contextlib.suppress(ImportError):
 
 
 class TorchBackend:
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-
     def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
         return torch_file_sizes_blocking(spec.path)
 
@@ -57,8 +54,8 @@ class TorchBackend:
             import_factory(spec.module, spec.path.parent)
 
     def load_blocking(self, spec: ModelConfig) -> HuggingFaceInstance | StateDictInstance:
-        if self.threads > 0:
-            torch.set_num_threads(self.threads)  # process-wide in PyTorch
+        if spec.intra_op_threads > 0:
+            torch.set_num_threads(spec.intra_op_threads)  # process-wide in PyTorch
         if spec.path.is_dir():
             self._check_folder(spec.path)
             return HuggingFaceInstance(spec)
