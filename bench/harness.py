@@ -1,5 +1,6 @@
 """Shared pieces of the benchmark scripts (``run_http.py``, ``run_batching.py``,
-``run_torch.py``, ``run_protocols.py``, ``run_memory.py``).
+``run_torch.py``, ``run_protocols.py``, ``run_memory.py``, ``run_compare.py``,
+``run_replicas.py``).
 
 - :class:`Daemon`: ``python -m snoozeml serve`` as a child process on ephemeral ports; every log
   line can also go to a callback (for scripts that count log events).
@@ -7,7 +8,8 @@
   onnxruntime, read ``/admin/status``.
 - The three ways to send one OIP inference: JSON HTTP, binary HTTP (the binary tensor data
   extension) and gRPC (``raw_input_contents``), as pre-encoded requests and their decoders.
-- wrk: run ``post.lua`` against a URL and parse its one-line JSON summary.
+- wrk: run ``post.lua`` against a URL (JSON or binary-extension body) and parse its one-line
+  JSON summary.
 - In-process timing of onnxruntime calls and of any call, a one-line machine description and the
   command line for reports.
 
@@ -406,14 +408,23 @@ def check_output(
 
 
 def run_wrk(
-    url: str, body_file: Path, threads: int, connections: int, duration_s: float
+    url: str,
+    body_file: Path,
+    threads: int,
+    connections: int,
+    duration_s: float,
+    header_length: int | None = None,
 ) -> dict[str, Any]:
-    """``wrk -tT -cC -dD -s post.lua URL -- BODY``; returns post.lua's JSON summary."""
+    """``wrk -tT -cC -dD -s post.lua URL -- BODY [HEADER_LENGTH]``; returns post.lua's JSON
+    summary. With ``header_length`` the body is a binary-extension body (see
+    :func:`binary_request`) and post.lua sends ``Inference-Header-Content-Length``."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise RuntimeError("wrk not found; run: bash bench/setup.sh")
     cmd = [wrk, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration_s))}s"]
     cmd += ["--timeout", "10s", "-s", str(POST_LUA), url, "--", str(body_file)]
+    if header_length is not None:
+        cmd.append(str(header_length))
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

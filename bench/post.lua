@@ -2,9 +2,13 @@
 --
 --   wrk -t1 -c1 -d10s -s bench/post.lua http://127.0.0.1:8080/v2/models/mlp/infer -- body.json
 --   SNOOZE_BENCH_BODY=body.json wrk -t1 -c1 -d10s -s bench/post.lua http://…/infer
+--   wrk -t1 -c32 -d10s -s bench/post.lua http://…/infer -- body.bin 183
 --
 -- The body file comes from the first script argument (after "--") or, failing that, from the
--- SNOOZE_BENCH_BODY environment variable. done() writes, as the last line of stdout:
+-- SNOOZE_BENCH_BODY environment variable. A second script argument N makes it a binary tensor
+-- data extension body: its first N bytes are the JSON header, and the request carries
+-- `Inference-Header-Content-Length: N` and `Content-Type: application/octet-stream`.
+-- done() writes, as the last line of stdout:
 --   {"p50_ms":…,"p90_ms":…,"p99_ms":…,"max_ms":…,"mean_ms":…,"requests":…,"duration_s":…,
 --    "requests_per_s":…,"non_2xx":…,"socket_errors":…}
 -- Latency is wrk's: from writing the request to reading the whole response.
@@ -34,7 +38,12 @@ end
 function init(args)
    wrk.method = "POST"
    wrk.body = read_file(body_path(args))
-   wrk.headers["Content-Type"] = "application/json"
+   if args ~= nil and args[2] ~= nil and args[2] ~= "" then
+      wrk.headers["Content-Type"] = "application/octet-stream"
+      wrk.headers["Inference-Header-Content-Length"] = args[2]
+   else
+      wrk.headers["Content-Type"] = "application/json"
+   end
 end
 
 function done(summary, latency, requests)
