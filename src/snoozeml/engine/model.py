@@ -323,6 +323,12 @@ class Model:
             self._retry_at = 0.0
         async with self.lease():
             pass
+        if len(self.replicas.ready) < self.spec.replicas.min:
+            # A task of its own, like the first load: a caller that goes away must not cut a
+            # replica's load in half (the instance would be built and never closed).
+            await asyncio.shield(asyncio.get_running_loop().create_task(self._fill_min()))
+
+    async def _fill_min(self) -> None:
         while len(self.replicas.ready) < min(self.spec.replicas.min,
                                              self.replicas.max_replicas):
             try:
