@@ -26,6 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
+from snoozeml.config_auth import AuthConfig, check_auth, resolve_paths
 from snoozeml.config_lines import describe, dotted, index_lines, line_of, problem_line
 from snoozeml.errors import ConfigError
 from snoozeml.units import parse_duration, parse_size
@@ -150,6 +151,7 @@ class ModelConfig(_Section):
 
 class Config(_Section):
     server: ServerConfig = ServerConfig()
+    auth: AuthConfig | None = None  # absent: open (the daemon warns at start)
     models: list[ModelConfig] = []
     # Where the file lives; model paths are resolved against it.
     source: Path | None = None
@@ -306,6 +308,7 @@ def parse_config(
             else:
                 problem(("models", i, "path"), f"cannot tell the format of {path} "
                         "(expected a .onnx file, a .safetensors file or a model folder)")
+    check_auth(raw.get("auth"), environ, base, problem)
     if problems or config is None:
         problems.sort(key=problem_line)
         raise ConfigError(problems)
@@ -326,7 +329,8 @@ def parse_config(
                 **model.replicas.model_dump(include=model.replicas.model_fields_set),
             }),
         }))
-    return config.model_copy(update={"models": models, "source": source})
+    auth = resolve_paths(config.auth, base) if config.auth is not None else None
+    return config.model_copy(update={"models": models, "source": source, "auth": auth})
 
 
 Problem = Callable[[tuple[str | int, ...], str], None]

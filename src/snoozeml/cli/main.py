@@ -12,7 +12,7 @@ from snoozeml import __version__
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, inside main's KeyboardInterrupt guard: Ctrl-C during the first imports
     # must not print a traceback.
-    from snoozeml.cli import pull, scan, serve
+    from snoozeml.cli import keys, pull, scan, serve, token
 
     parser = argparse.ArgumentParser(
         prog="snooze",
@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     pull.register(commands)
     scan.register(commands)
+    keys.register(commands)
+    token.register(commands)
     return parser
 
 
