@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.fastpath import InferenceRoute
 from snoozeml.api.grpc import create_grpc_server
 from snoozeml.api.rest import create_app
+from snoozeml.auth import Authenticator
 from snoozeml.config import Config
 from snoozeml.engine.eventlog import subscribe_logs
 from snoozeml.engine.events import EventBus
@@ -45,14 +47,15 @@ class Daemon:
     """One SnoozeML process: the event bus and its subscribers, the model manager, the service
     facade, the request boundary and the listeners."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, auth: Authenticator | None = None) -> None:
         self.config = config
         self.events = EventBus()
         subscribe_logs(self.events)
         # Metrics, the dashboard's recent events and the autoscaler subscribe here too.
         self.manager = ModelManager(config, self.events)
         self.service = InferenceService(self.manager)
-        self.boundary = RequestBoundary(self.events)
+        self.auth = auth or Authenticator.from_config(config.auth, os.environ)
+        self.boundary = RequestBoundary(self.events, self.auth)
         server = config.server
         app = InferenceRoute(
             create_app(self.service, self.boundary, server.max_request_size), self.service,
@@ -136,6 +139,7 @@ class Daemon:
         await http.startup(sockets=[sock])
         log_event("server_started", host=server.host, http_port=self.http_port,
                   grpc_port=self.grpc_port, models=len(self.manager.models), pid=os.getpid())
+        _warn_if_open(self.auth, server.host)
         self.started.set()
         self.manager.start_preloads()
         try:
@@ -149,6 +153,27 @@ class Daemon:
             await self.manager.shutdown()
             log_event("server_stopped")
         return 0
+
+
+def _warn_if_open(auth: Authenticator, host: str) -> None:
+    """Auth off is a choice to make knowingly: said at every start, louder off loopback."""
+    if auth.enabled:
+        return
+    if _loopback(host):
+        log_event("auth_disabled", logging.WARNING, host=host,
+                  detail="every operation is open to anyone who can reach this address; "
+                  "add an [auth] table to require API keys or JWTs")
+    else:
+        log_event("auth_disabled", logging.ERROR, host=host,
+                  detail="listening beyond loopback WITHOUT authentication: anyone on the "
+                  "network can run, load and unload models; add an [auth] table")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _grpc_address(host: str, port: int) -> str:

@@ -6,8 +6,9 @@ with the exception that ended it. `failed` is the one place that turns an error 
 (the HTTP status, the gRPC code, the message, and Retry-After or its gRPC trailers); each
 transport only writes that answer in its own framing. Every ending is published as one
 `RequestFinished` event, which is what the request log, the counters of `/admin/status` (and
-later metrics) read: no transport logs or counts a request itself. Auth will check a call's
-operation here, before the work starts.
+later metrics) read: no transport logs or counts a request itself. `Call.authorize` checks the
+caller's credentials against the role the call's operation needs (auth.py's one table), first
+thing in every handler, on both transports alike.
 
 Domain errors never carry transport codes: the mapping is `ERRORS`, below.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from snoozeml.auth import Authenticator, PermissionDenied, Unauthenticated
 from snoozeml.engine.events import EventBus, RequestFinished
 from snoozeml.errors import (
     BackendError,
@@ -48,6 +50,8 @@ class ErrorKind:
 
 # Most specific first; the first class an error is an instance of wins.
 ERRORS: tuple[tuple[type[SnoozeError], ErrorKind], ...] = (
+    (Unauthenticated, ErrorKind("unauthenticated", 401, _Code.UNAUTHENTICATED)),
+    (PermissionDenied, ErrorKind("forbidden", 403, _Code.PERMISSION_DENIED)),
     (InvalidInput, ErrorKind("invalid_input", 400, _Code.INVALID_ARGUMENT)),
     (ModelNotFound, ErrorKind("not_found", 404, _Code.NOT_FOUND)),
     (RequestTooLarge, ErrorKind("too_large", 413, _Code.RESOURCE_EXHAUSTED)),
@@ -82,11 +86,15 @@ class ErrorAnswer:
     grpc_code: grpc.StatusCode
     message: str
     retry_after: int | None  # whole seconds, at least 1, for errors worth retrying
+    challenge: str | None = None  # WWW-Authenticate, for a call without valid credentials
 
     def http_headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"Retry-After": str(self.retry_after)}
+        headers = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(self.retry_after)
+        if self.challenge is not None:
+            headers["WWW-Authenticate"] = self.challenge
+        return headers
 
     def grpc_trailers(self) -> tuple[tuple[str, str], ...]:
         """`retry-after` (seconds, as HTTP's header) and `grpc-retry-pushback-ms`, which a
@@ -107,22 +115,49 @@ def answer_for(exc: BaseException) -> ErrorAnswer:
     retry_after = None
     if isinstance(exc, Unavailable):
         retry_after = max(1, math.ceil(exc.retry_after))
-    return ErrorAnswer(kind.outcome, kind.http_status, kind.grpc_code, message, retry_after)
+    challenge = None
+    if isinstance(exc, Unauthenticated):  # RFC 6750: say why only when a token was given
+        challenge = "Bearer" if exc.reason == "missing" else 'Bearer error="invalid_token"'
+    return ErrorAnswer(kind.outcome, kind.http_status, kind.grpc_code, message, retry_after,
+                       challenge)
 
 
 class Call:
     """One request between its start and its answer. End it exactly once."""
 
-    __slots__ = ("_events", "model", "operation", "protocol", "started")
+    __slots__ = ("_auth", "_events", "model", "operation", "principal", "protocol", "started")
 
     def __init__(
-        self, events: EventBus, operation: Operation, protocol: str, model: str | None
+        self, events: EventBus, auth: Authenticator, operation: Operation, protocol: str,
+        model: str | None,
     ) -> None:
         self._events = events
+        self._auth = auth
         self.operation = operation
         self.protocol = protocol
         self.model = model
+        self.principal: str | None = None  # who called, once known (a key's name, a subject)
         self.started = time.perf_counter()
+
+    @property
+    def checks_credentials(self) -> bool:
+        """Whether `authorize` looks at credentials at all (auth is on)."""
+        return self._auth.enabled
+
+    def authorize(self, authorization: str | None, api_key: str | None) -> None:
+        """Check the caller (the `Authorization` and `X-API-Key` values, or gRPC's metadata
+        of those names) may run this call's operation; raises Unauthenticated or
+        PermissionDenied, which `failed` answers 401/403 (UNAUTHENTICATED/PERMISSION_DENIED).
+        A no-op with auth off and for the public probes."""
+        if not self._auth.enabled:
+            return
+        try:
+            principal = self._auth.check(self.operation, authorization, api_key)
+        except PermissionDenied as exc:
+            self.principal = exc.principal or None
+            raise
+        if principal is not None:
+            self.principal = principal.name or None
 
     def succeeded(self, status: int = 200) -> None:
         """Answered as asked (`status`: the HTTP status it had, e.g. 503 for "not ready")."""
@@ -143,13 +178,14 @@ class Call:
     def _finish(self, outcome: str, status: int, error: str | None) -> None:
         self._events.publish(RequestFinished(
             self.operation, self.protocol, self.model, outcome, status,
-            time.perf_counter() - self.started, error,
+            time.perf_counter() - self.started, error, self.principal,
         ))
 
 
 class RequestBoundary:
-    def __init__(self, events: EventBus) -> None:
+    def __init__(self, events: EventBus, auth: Authenticator | None = None) -> None:
         self._events = events
+        self.auth = auth or Authenticator.from_config(None, {})
 
     def begin(self, operation: Operation, protocol: str, model: str | None = None) -> Call:
-        return Call(self._events, operation, protocol, model)
+        return Call(self._events, self.auth, operation, protocol, model)

@@ -23,7 +23,15 @@ from snoozeml.api.codec import (
     encode_http_response,
     parse_json,
 )
-from snoozeml.api.http_body import ClientGone, Message, Receive, Scope, header, read_body
+from snoozeml.api.http_body import (
+    ClientGone,
+    Message,
+    Receive,
+    Scope,
+    header,
+    read_body,
+    scope_credentials,
+)
 from snoozeml.engine.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput, ShuttingDown
@@ -70,6 +78,8 @@ class InferenceRoute:
         call = self.boundary.begin(Operation.INFER, "http", name)
         headers: list[tuple[bytes, bytes]] = _JSON_HEADERS
         try:
+            if call.checks_credentials:  # before the body is read
+                call.authorize(*scope_credentials(scope))
             body = await read_body(scope, receive, self.max_request_size)
             request = _decode(scope, body)
             is_binary = binary_outputs(request)

@@ -42,11 +42,24 @@ def _fits_trailers(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
 
 
+def _credentials(context: Context) -> tuple[str | None, str | None]:
+    """The call's `authorization` and `x-api-key` metadata (the first of each)."""
+    authorization = api_key = None
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and authorization is None:
+            authorization = value if isinstance(value, str) else None
+        elif key == "x-api-key" and api_key is None:
+            api_key = value if isinstance(value, str) else None
+    return authorization, api_key
+
+
 @asynccontextmanager
 async def _ending(call: Call, context: Context) -> AsyncIterator[None]:
-    """End `call` as the RPC's work ends: cancelled (the client left), failed (the RPC is
-    aborted with the boundary's answer), or succeeded."""
+    """Check the caller may make `call`, then end it as the RPC's work ends: cancelled (the
+    client left), failed (the RPC is aborted with the boundary's answer), or succeeded."""
     try:
+        if call.checks_credentials:
+            call.authorize(*_credentials(context))
         yield
     except (asyncio.CancelledError, GeneratorExit):
         call.cancelled()
@@ -258,6 +271,9 @@ def create_grpc_server(
         ("grpc.max_receive_message_length", max_message_size),
         ("grpc.max_send_message_length", max_message_size),
         ("grpc.so_reuseport", 0),
+        # Room for a credential too long to be one, so that it is refused as invalid
+        # (UNAUTHENTICATED) rather than by gRPC's own 8 KiB limit on metadata.
+        ("grpc.max_metadata_size", 256 * 1024),
     ])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
         InferenceServicer(service, boundary, max_message_size), server

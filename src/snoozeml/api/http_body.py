@@ -31,6 +31,17 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+def scope_credentials(scope: Scope) -> tuple[str | None, str | None]:
+    """The request's `Authorization` and `X-API-Key` values (the first of each), as text."""
+    authorization = api_key = None
+    for key, value in scope["headers"]:
+        if key == b"authorization" and authorization is None:
+            authorization = value.decode("latin-1")
+        elif key == b"x-api-key" and api_key is None:
+            api_key = value.decode("latin-1")
+    return authorization, api_key
+
+
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The whole body, inflated, at most `limit` bytes before and after inflating."""
     declared = encoding = None

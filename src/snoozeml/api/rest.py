@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.codec import parse_json
-from snoozeml.api.http_body import ClientGone, read_body
+from snoozeml.api.http_body import ClientGone, read_body, scope_credentials
 from snoozeml.api.status import status_json
 from snoozeml.datatypes import TensorSpec
 from snoozeml.engine.service import InferenceService
@@ -119,6 +119,7 @@ def within(boundary: RequestBoundary, operation: Operation, endpoint: Endpoint) 
     async def bounded(request: Request) -> Response:
         call = boundary.begin(operation, "http", request.path_params.get("name"))
         try:
+            call.authorize(*scope_credentials(request.scope))
             response = await endpoint(request)
         except ClientGone:
             call.cancelled()

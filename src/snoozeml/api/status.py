@@ -28,6 +28,7 @@ def status_json(snapshot: StatusSnapshot) -> dict[str, Any]:
         },
         "devices": [_device(device) for device in snapshot.devices],
         "evictions": dict(snapshot.evictions),
+        "auth_refusals": dict(snapshot.auth_refusals),
         "models": [_model(model) for model in snapshot.models],
     }
 

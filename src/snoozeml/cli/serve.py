@@ -61,10 +61,12 @@ def _apply_flags(config: Config, args: argparse.Namespace) -> Config:
 
 
 def run(args: argparse.Namespace) -> int:
+    from snoozeml.auth import Authenticator
     from snoozeml.engine.probes import visible_gpus
 
     try:
         config = _apply_flags(load_config(args.config, os.environ, visible_gpus()), args)
+        auth = Authenticator.from_config(config.auth, os.environ)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"snooze: {problem}", file=sys.stderr)
@@ -89,4 +91,4 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover - uvicorn[standard] brings uvloop on Linux/macOS
         pass
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(Daemon(config).run())
+        return runner.run(Daemon(config, auth).run())

@@ -100,6 +100,15 @@ def _inline_disabled(event: InlineDisabled) -> None:
 
 
 def _request(event: RequestFinished) -> None:
+    if event.outcome in ("unauthenticated", "forbidden"):
+        # Every refusal, with who when known; never a credential (the error says only
+        # missing, invalid or expired, or which role was needed).
+        who: dict[str, Any] = {"model": event.model} if event.model is not None else {}
+        if event.principal is not None:
+            who["principal"] = event.principal
+        log_event("auth_refused", logging.WARNING, operation=event.operation.value,
+                  protocol=event.protocol, status=event.status, **who, reason=event.error)
+        return
     # Server-side failures only: a client's mistake (4xx) or a feature it asked for that we
     # lack (501) is answered, not logged; so is a "not ready" answer.
     if event.outcome in ("ok", "cancelled") or event.status < 500 or event.status == 501:

@@ -248,6 +248,7 @@ class RequestFinished(EngineEvent):
     status: int  # the HTTP status it was (or would be) answered with; 499 when cancelled
     seconds: float
     error: str | None = None
+    principal: str | None = None  # the caller, when auth knows it (a key's name, a subject)
 
 
 Subscriber = Callable[[EngineEvent], None]

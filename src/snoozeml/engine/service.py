@@ -130,7 +130,8 @@ class InferenceService:
         models = tuple(self._model_snapshot(model, now)
                        for model in self.manager.models.values())
         return StatusSnapshot(server, self.manager.memory.snapshot(),
-                              dict(self.counters.evictions), models)
+                              dict(self.counters.evictions), models,
+                              dict(self.counters.auth_refusals))
 
     def _model_snapshot(self, model: Model, now: float) -> ModelSnapshot:
         counters = self.counters.model(model.name)

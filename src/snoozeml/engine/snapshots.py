@@ -7,7 +7,7 @@ timestamps in seconds since the epoch (`None` when there is none); formatting is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +111,4 @@ class StatusSnapshot:
     devices: tuple[DeviceSnapshot, ...]
     evictions: Mapping[str, int]  # unload reason (memory_pressure, oom) -> models evicted
     models: tuple[ModelSnapshot, ...]
+    auth_refusals: Mapping[str, int] = field(default_factory=dict)  # unauthenticated/forbidden

@@ -26,6 +26,7 @@ from snoozeml.engine.events import (
     ReplicaFailed,
     ReplicaRemoved,
     RequestDropped,
+    RequestFinished,
 )
 
 
@@ -59,6 +60,7 @@ class Counters:
     def __init__(self, models: Iterable[str]) -> None:
         self._models = {name: ModelCounters() for name in models}
         self.evictions: dict[str, int] = {}
+        self.auth_refusals: dict[str, int] = {}  # "unauthenticated" / "forbidden" -> calls
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
         return bus.subscribe_each({
@@ -75,6 +77,7 @@ class Counters:
             ReplicaAdded: self._replica_added,
             ReplicaRemoved: self._replica_removed,
             ReplicaFailed: self._replica_failed,
+            RequestFinished: self._finished,
         })
 
     def model(self, name: str) -> ModelCounters:
@@ -124,6 +127,11 @@ class Counters:
 
     def _replica_failed(self, event: ReplicaFailed) -> None:
         self._models[event.model].replica_failures += 1
+
+    def _finished(self, event: RequestFinished) -> None:
+        outcome = event.outcome
+        if outcome == "unauthenticated" or outcome == "forbidden":
+            self.auth_refusals[outcome] = self.auth_refusals.get(outcome, 0) + 1
 
     def _evicting(self, event: Evicting) -> None:
         self._evicted("memory_pressure", len(event.victims))
