@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark scripts (``run_http.py``, ``run_batching.py``,
 ``run_torch.py``, ``run_protocols.py``, ``run_memory.py``, ``run_compare.py``,
-``run_replicas.py``).
+``run_replicas.py``, ``run_auth.py``).
 
 - :class:`Daemon`: ``python -m snoozeml serve`` as a child process on ephemeral ports; every log
   line can also go to a callback (for scripts that count log events).
@@ -8,8 +8,8 @@
   onnxruntime, read ``/admin/status``.
 - The three ways to send one OIP inference: JSON HTTP, binary HTTP (the binary tensor data
   extension) and gRPC (``raw_input_contents``), as pre-encoded requests and their decoders.
-- wrk: run ``post.lua`` against a URL (JSON or binary-extension body) and parse its one-line
-  JSON summary.
+- wrk: run ``post.lua`` against a URL (JSON or binary-extension body, optionally with extra
+  headers such as credentials) and parse its one-line JSON summary.
 - In-process timing of onnxruntime calls and of any call, a one-line machine description and the
   command line for reports.
 
@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -414,14 +414,18 @@ def run_wrk(
     connections: int,
     duration_s: float,
     header_length: int | None = None,
+    extra_headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``wrk -tT -cC -dD -s post.lua URL -- BODY [HEADER_LENGTH]``; returns post.lua's JSON
-    summary. With ``header_length`` the body is a binary-extension body (see
-    :func:`binary_request`) and post.lua sends ``Inference-Header-Content-Length``."""
+    """``wrk -tT -cC -dD [-H "Name: value" ...] -s post.lua URL -- BODY [HEADER_LENGTH]``;
+    returns post.lua's JSON summary. With ``header_length`` the body is a binary-extension body
+    (see :func:`binary_request`) and post.lua sends ``Inference-Header-Content-Length``.
+    ``extra_headers`` go on every request (credentials, say); post.lua keeps them."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise RuntimeError("wrk not found; run: bash bench/setup.sh")
     cmd = [wrk, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration_s))}s"]
+    for name, value in (extra_headers or {}).items():
+        cmd += ["-H", f"{name}: {value}"]
     cmd += ["--timeout", "10s", "-s", str(POST_LUA), url, "--", str(body_file)]
     if header_length is not None:
         cmd.append(str(header_length))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -435,3 +436,29 @@ def test_tritonclient_passes_a_key_and_a_token(daemon: Daemon, keys: Keys) -> No
     finally:
         http.close()
         grpc_client.close()
+
+
+def test_a_bad_auth_config_stops_the_daemon_with_the_key_and_line(tmp_path: Path) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text("""
+[auth]
+api_keys = [{ name = "ci", role = "root", key_file = "nowhere.key" }]
+[auth.jwt]
+algorithms = ["HS256", "XS1"]
+secret_env = "SNOOZE_TEST_UNSET_SECRET"
+""")
+    done = subprocess.run(
+        [sys.executable, "-m", "snoozeml", "serve", "-c", str(config), "--http-port", "0",
+         "--grpc-port", "0"], capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "SNOOZE_TEST_UNSET_SECRET"})
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert f"snooze: {config}:3: auth.api_keys[0].role: Input should be 'readonly', " \
+        "'inference' or 'admin'" in lines
+    assert any(line.startswith(f"snooze: {config}:3: auth.api_keys[0].key_file: cannot read ")
+               for line in lines), lines
+    assert any(line.startswith(f"snooze: {config}:5: auth.jwt.algorithms[1]: Input should be")
+               for line in lines), lines
+    assert f"snooze: {config}:6: auth.jwt.secret_env: environment variable " \
+        "SNOOZE_TEST_UNSET_SECRET is not set" in lines
+    assert "server_started" not in done.stdout + done.stderr
