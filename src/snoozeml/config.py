@@ -69,6 +69,13 @@ class MemoryConfig(_Section):
     memory_factor: StrictFloat = Field(default=1.1, gt=0)
 
 
+class MetricsConfig(_Section):
+    """`[server.metrics]`: the Prometheus endpoint (docs/operations.md)."""
+
+    enabled: StrictBool = True  # false: nothing is recorded, and /metrics answers 404
+    per_model: StrictBool = True  # false: the `model` label is "" on every series
+
+
 Strategy = Literal["least-queue", "round-robin"]
 
 
@@ -104,6 +111,7 @@ class ServerConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     memory: MemoryConfig = MemoryConfig()
     replicas: ReplicaDefaults = ReplicaDefaults()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 class BatchingConfig(_Section):

@@ -31,8 +31,8 @@ class Operation(StrEnum):
     ADMIN_STATUS = "admin_status"
     HEALTH = "health"  # grpc.health.v1: the server ("") or one model
     REFLECTION = "reflection"  # gRPC server reflection
-    MODEL_STATS = "model_stats"  # the statistics extension: not served yet
-    METRICS = "metrics"  # Prometheus: not served yet
+    MODEL_STATS = "model_stats"  # Triton's statistics extension
+    METRICS = "metrics"  # Prometheus text format
 
 
 class Access(StrEnum):
@@ -48,7 +48,7 @@ class Access(StrEnum):
 @dataclass(frozen=True, slots=True)
 class OperationSpec:
     access: Access
-    model_scoped: bool  # the request names a model
+    model_scoped: bool  # the request names a model (statistics: or asks for every model)
     http: tuple[tuple[str, str], ...] = ()  # (method, path); GET routes answer HEAD too
     grpc: tuple[str, ...] = ()  # full method names, "/package.Service/Method"
 
@@ -99,8 +99,12 @@ OPERATIONS: Mapping[Operation, OperationSpec] = {
     Operation.REFLECTION: OperationSpec(
         Access.READ, False, (),
         ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",)),
-    Operation.MODEL_STATS: OperationSpec(Access.READ, True),
-    Operation.METRICS: OperationSpec(Access.READ, False),
+    Operation.MODEL_STATS: OperationSpec(
+        Access.READ, True,
+        # Before `/v2/models/{name}` in routing: api/rest.py registers literal paths first.
+        _get("/v2/models/stats", "/v2/models/{name}/stats", _VERSIONED + "/stats"),
+        (_OIP + "ModelStatistics",)),
+    Operation.METRICS: OperationSpec(Access.READ, False, _get("/metrics")),
 }
 
 

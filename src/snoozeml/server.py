@@ -1,12 +1,14 @@
 """The composition root: builds the engine and the transports, and runs the server phases.
 
-    startup (bind, listen, log the bound ports) -> main loop -> graceful shutdown
-    (stop accepting, drain in-flight requests up to drain_timeout, unload every model)
+    startup (bind, listen, log the bound ports) -> main loop -> drain (still listening: not
+    ready, new work refused with 503, calls under way finish, up to drain_timeout) -> stop
+    accepting (what is left of drain_timeout for the rest) -> unload every model
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
@@ -19,6 +21,7 @@ import uvicorn
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.fastpath import InferenceRoute
 from snoozeml.api.grpc import create_grpc_server
+from snoozeml.api.metrics import Metrics
 from snoozeml.api.rest import create_app
 from snoozeml.auth import Authenticator
 from snoozeml.config import Config
@@ -54,11 +57,17 @@ class Daemon:
         # Metrics, the dashboard's recent events and the autoscaler subscribe here too.
         self.manager = ModelManager(config, self.events)
         self.service = InferenceService(self.manager)
+        self.metrics: Metrics | None = None
+        if config.server.metrics.enabled:  # subscribed before any traffic, or any preload
+            self.metrics = Metrics([m.name for m in config.models], self.service.snapshot,
+                                   config.server.metrics.per_model)
+            self.metrics.subscribe(self.events)
         self.auth = auth or Authenticator.from_config(config.auth, os.environ)
         self.boundary = RequestBoundary(self.events, self.auth)
         server = config.server
         app = InferenceRoute(
-            create_app(self.service, self.boundary, server.max_request_size), self.service,
+            create_app(self.service, self.boundary, server.max_request_size, self.metrics),
+            self.service,
             self.boundary, server.max_request_size,
         )
         self._http = uvicorn.Server(uvicorn.Config(
@@ -75,17 +84,22 @@ class Daemon:
         ))
         self._grpc: grpc.aio.Server | None = None
         self._forced_stop: asyncio.Future[None] | None = None
+        self._drain: asyncio.Task[None] | None = None
+        self._grace = config.server.drain_timeout  # left for the listeners' stop
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.started = asyncio.Event()  # set once both listeners accept (after server_started)
 
     def request_shutdown(self, signame: str) -> None:
-        if self._http.should_exit:
+        if self._drain is not None:
             # A second signal ends the drain now, as drain_timeout would: requests still queued
             # or waiting are answered 503 and calls are cancelled; only a batch already running
             # in a worker thread is waited for (onnxruntime and torch can't be interrupted).
             log_event("shutdown_forced", logging.WARNING, signal=signame)
+            self._drain.cancel()
+            self._grace = 0.0
             self._http.force_exit = True
+            self._http.should_exit = True
             for task in list(self._http.server_state.tasks):
                 task.cancel(msg="forced shutdown")
             if self._grpc is not None:
@@ -94,6 +108,21 @@ class Daemon:
         log_event("shutdown_requested", signal=signame,
                   drain_timeout_s=self.config.server.drain_timeout)
         self.service.start_draining()
+        self._drain = asyncio.get_running_loop().create_task(self._drain_calls())
+
+    async def _drain_calls(self) -> None:
+        """The drain: the listeners stay open, so probes see "not ready" (503, NOT_SERVING)
+        and new work is refused with 503 (UNAVAILABLE), while the calls under way finish, up
+        to drain_timeout. Then the listeners stop, with what is left of drain_timeout for
+        whatever has not finished."""
+        loop = asyncio.get_running_loop()
+        timeout = self.config.server.drain_timeout
+        deadline = loop.time() + timeout
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.boundary.drained(), timeout)
+        self._grace = max(deadline - loop.time(), 0.0)
+        # uvicorn reads it when it shuts down; it annotates an int but awaits wait_for with it.
+        self._http.config.timeout_graceful_shutdown = self._grace  # type: ignore[assignment]
         self._http.should_exit = True
 
     async def run(self) -> int:
@@ -148,7 +177,7 @@ class Daemon:
             # Both listeners stop accepting at once; in-flight calls get drain_timeout.
             await asyncio.gather(
                 http.shutdown(sockets=[sock]),
-                grpc_server.stop(grace=server.drain_timeout),
+                grpc_server.stop(grace=self._grace),
             )
             await self.manager.shutdown()
             log_event("server_stopped")

@@ -199,6 +199,7 @@ def grpc_call(channel: grpc.Channel, method: str, metadata: list[tuple[str, str]
         "RepositoryIndex": pb.RepositoryIndexRequest(),
         "RepositoryModelLoad": pb.RepositoryModelLoadRequest(model_name=model),
         "RepositoryModelUnload": pb.RepositoryModelUnloadRequest(model_name=model),
+        "ModelStatistics": pb.ModelStatisticsRequest(name=model),
     }
     getattr(stub, name)(requests[name], metadata=metadata, timeout=30)
 

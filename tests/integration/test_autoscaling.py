@@ -215,7 +215,9 @@ def test_sigterm_during_a_scale_up_drains_every_replica_and_exits(
     log = daemon.log()
     # The step under way finished, then every replica was drained and closed with the model.
     assert re.search(r"replica_added model=heavy replica=1", log), log
-    assert re.search(r"model_unloaded model=heavy reason=shutdown", log), log
+    # (Refused during the drain, the clients' requests no longer hold the model: it may go by
+    # its idle timeout before the drain ends.)
+    assert re.search(r"model_unloaded model=heavy reason=(shutdown|idle)", log), log
     assert "server_stopped" in log
     # Requests were answered, or refused while draining; none failed otherwise.
     assert spike.ok > 0

@@ -99,7 +99,7 @@ def test_grpcurl_describes_every_rpc_of_the_inference_service(daemon: Daemon) ->
     assert "inference.GRPCInferenceService is a service" in described
     for rpc in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
                 "ModelInfer", "RepositoryIndex", "RepositoryModelLoad",
-                "RepositoryModelUnload"):
+                "RepositoryModelUnload", "ModelStatistics"):
         assert f"rpc {rpc} (" in described, rpc
     assert "rpc ModelInfer ( .inference.ModelInferRequest ) returns " \
            "( .inference.ModelInferResponse )" in described
@@ -184,7 +184,7 @@ def test_grpcurl_model_infer_with_typed_json_contents_equals_onnxruntime(
 def test_grpcurl_server_metadata_and_an_unknown_model(daemon: Daemon) -> None:
     meta = json.loads(grpcurl(daemon, "inference.GRPCInferenceService/ServerMetadata"))
     assert meta["name"] == "snoozeml"
-    assert meta["extensions"] == ["binary_tensor_data", "model_repository"]
+    assert meta["extensions"] == ["binary_tensor_data", "model_repository", "statistics"]
 
     command = [str(GRPCURL), "-plaintext", "-d", '{"name": "nope"}', daemon.grpc_address,
                "inference.GRPCInferenceService/ModelMetadata"]

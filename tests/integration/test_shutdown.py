@@ -99,3 +99,43 @@ path = "{loop_model.path}"
     assert exit_code == 0
     assert "server_stopped" in "\n".join(daemon.lines[mark:])
     assert "Traceback" not in daemon.log()
+
+
+def test_during_the_drain_readiness_is_503_on_http_and_not_serving_on_grpc(
+    serve: Any, loop_model: LoopModel
+) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    daemon = serve(f"""
+[[models]]
+name = "slow"
+path = "{loop_model.path}"
+""")
+    with httpx.Client(base_url=daemon.url, timeout=120) as client, ThreadPoolExecutor(1) as pool, \
+            grpc.insecure_channel(daemon.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert client.get("/health/ready").status_code == 200
+        assert health.Check(health_pb2.HealthCheckRequest(service="")).status == \
+            health_pb2.HealthCheckResponse.SERVING
+        held = pool.submit(client.post, "/v2/models/slow/infer",
+                           json=loop_request(loop_model.trips_for(3.0)))
+        wait_for_status(client, "slow", lambda m: m["in_flight"] == 1)
+        mark = daemon.mark()
+        daemon.signal(signal.SIGTERM)
+        daemon.wait_for_log("shutdown_requested", start=mark)
+        # The request under way holds the drain open; meanwhile, on new connections too:
+        with httpx.Client(base_url=daemon.url, timeout=30) as fresh:
+            ready = fresh.get("/health/ready")
+            assert ready.status_code == 503
+            assert fresh.get("/v2/health/ready").status_code == 503
+            assert fresh.get("/health/live").status_code == 200  # still alive
+            refused = fresh.post("/v2/models/slow/infer", json=loop_request(1))
+            assert refused.status_code == 503
+            assert "shutting down" in refused.json()["error"]
+            assert refused.headers["retry-after"] == "1"
+        assert health.Check(health_pb2.HealthCheckRequest(service="")).status == \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        answer = held.result(timeout=60)
+        assert answer.status_code == 200, answer.text  # the call under way finished
+    assert daemon.wait(60) == 0

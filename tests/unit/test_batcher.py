@@ -113,7 +113,7 @@ def test_each_batch_run_is_published_with_its_rows_and_each_requests_queue_wait(
     assert sum(len(run.queue_seconds) for run in runs) == len(rows)
     assert len(runs) == 1, runs  # one batch: the delay waited for company
     (run,) = runs
-    assert (run.model, run.replica, run.inline) == ("m", 0, False)
+    assert (run.model, run.replica, run.inline, run.ok) == ("m", 0, False, True)
     assert all(wait >= 0 for wait in run.queue_seconds)
     assert run.run_seconds > 0
 
@@ -162,13 +162,20 @@ def test_a_backend_failure_is_a_backend_error_for_each_request_of_the_batch(
 ) -> None:
     instance = instance_of(write_run_failure_model(tmp_path / "reshape.onnx"))
 
-    async def body(batcher: Batcher, bus: EventBus) -> list[BaseException | dict[str, object]]:
+    async def body(
+        batcher: Batcher, bus: EventBus
+    ) -> tuple[list[BaseException | dict[str, object]], list[EngineEvent]]:
         x = {"x": np.ones((2, 4), np.float32)}  # 2 rows cannot be reshaped to 3
-        return await asyncio.gather(batcher.submit(x, None), batcher.submit(dict(x), None),
-                                    return_exceptions=True)
+        with events_seen(bus) as seen:
+            results = await asyncio.gather(batcher.submit(x, None),
+                                           batcher.submit(dict(x), None),
+                                           return_exceptions=True)
+        return results, seen
 
-    results = with_batcher(instance, BatchPolicy(max_batch_size=0), body)
+    results, seen = with_batcher(instance, BatchPolicy(max_batch_size=0), body)
     assert all(isinstance(r, BackendError) for r in results), results
+    runs = [event for event in seen if isinstance(event, BatchRun)]
+    assert [run.ok for run in runs] == [False, False]  # published as runs that failed
     first, second = results
     assert first is not second  # each request raises its own error object
     assert "model 'm' failed to run" in str(first)

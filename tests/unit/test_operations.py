@@ -13,6 +13,7 @@ import pytest
 from fastapi.routing import APIRoute
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
+from starlette.routing import Match
 
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.fastpath import INFER_PATH
@@ -108,13 +109,30 @@ def test_each_rpc_handler_runs_as_its_tables_operation(rpc: str, attribute: str)
 
 def test_every_operation_is_reachable_or_declared_for_later() -> None:
     unreachable = {op for op, spec in OPERATIONS.items() if not spec.http and not spec.grpc}
-    assert unreachable == {Operation.MODEL_STATS, Operation.METRICS}  # their issues add routes
+    assert unreachable == set()
     assert set(OPERATIONS) == set(Operation)
+
+
+# A model-scoped operation that, without a name, answers for every model.
+EVERY_MODEL = {"/v2/models/stats"}
+
+
+def test_the_every_model_routes_are_not_taken_for_a_model_named_like_them(
+    service: InferenceService,
+) -> None:
+    app = create_app(service, RequestBoundary(service.events), 1024)
+    scope = {"type": "http", "method": "GET", "path": "/v2/models/stats", "path_params": {}}
+    first = next(route for route in app.routes if route.matches(scope)[0] is Match.FULL)
+    assert isinstance(first, APIRoute)
+    assert first.path == "/v2/models/stats"
 
 
 @pytest.mark.parametrize("operation", list(Operation))
 def test_model_scoped_operations_name_the_model_in_their_routes(operation: Operation) -> None:
     spec = OPERATIONS[operation]
     for _, path in spec.http:
+        if path in EVERY_MODEL:
+            assert spec.model_scoped, path
+            continue
         assert ("{name}" in path) is spec.model_scoped, path
     assert all(re.fullmatch(r"/[\w.]+/\w+", rpc) for rpc in spec.grpc)

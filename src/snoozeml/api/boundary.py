@@ -15,6 +15,7 @@ Domain errors never carry transport codes: the mapping is `ERRORS`, below.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -36,7 +37,7 @@ from snoozeml.errors import (
     Unsupported,
     describe_exception,
 )
-from snoozeml.operations import Operation
+from snoozeml.operations import OPERATIONS, Access, Operation
 
 _Code = grpc.StatusCode
 
@@ -125,14 +126,17 @@ def answer_for(exc: BaseException) -> ErrorAnswer:
 class Call:
     """One request between its start and its answer. End it exactly once."""
 
-    __slots__ = ("_auth", "_events", "model", "operation", "principal", "protocol", "started")
+    __slots__ = ("_auth", "_boundary", "_events", "counted", "model", "operation", "principal",
+                 "protocol", "started")
 
     def __init__(
-        self, events: EventBus, auth: Authenticator, operation: Operation, protocol: str,
+        self, boundary: RequestBoundary, operation: Operation, protocol: str,
         model: str | None,
     ) -> None:
-        self._events = events
-        self._auth = auth
+        self._boundary = boundary
+        self._events = boundary.events
+        self._auth = boundary.auth
+        self.counted = False  # whether a drain waits for it (set by the boundary)
         self.operation = operation
         self.protocol = protocol
         self.model = model
@@ -176,16 +180,46 @@ class Call:
         return answer
 
     def _finish(self, outcome: str, status: int, error: str | None) -> None:
+        if self.counted:
+            self._boundary.ended()
         self._events.publish(RequestFinished(
             self.operation, self.protocol, self.model, outcome, status,
             time.perf_counter() - self.started, error, self.principal,
         ))
 
 
+# Calls a drain does not wait for: probes, health streams (which end by themselves), and calls
+# begun once the drain has (the work they ask for is refused: they end at once).
+PROBES = frozenset(op for op, spec in OPERATIONS.items() if spec.access is Access.PROBE)
+
+
 class RequestBoundary:
     def __init__(self, events: EventBus, auth: Authenticator | None = None) -> None:
-        self._events = events
+        self.events = events
         self.auth = auth or Authenticator.from_config(None, {})
+        self.active = 0  # calls a drain waits for, begun and not ended
+        self.draining = False
+        self._idle: asyncio.Event | None = None
 
     def begin(self, operation: Operation, protocol: str, model: str | None = None) -> Call:
-        return Call(self._events, self.auth, operation, protocol, model)
+        call = Call(self, operation, protocol, model)
+        if operation not in PROBES and not self.draining:
+            call.counted = True
+            self.active += 1
+        return call
+
+    def ended(self) -> None:
+        self.active -= 1
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """From now on, return once every call begun before is over (probes aside)."""
+        self.draining = True
+        await self._quiet()
+
+    async def _quiet(self) -> None:
+        while self.active:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+            self._idle = None

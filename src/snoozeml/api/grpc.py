@@ -1,5 +1,6 @@
-"""gRPC transport: inference.GRPCInferenceService (OIP v2 + Triton's repository RPCs),
-grpc.health.v1.Health and server reflection, on grpc.aio in the daemon's event loop.
+"""gRPC transport: inference.GRPCInferenceService (OIP v2 + Triton's repository and
+statistics RPCs), grpc.health.v1.Health and server reflection, on grpc.aio in the daemon's
+event loop.
 
 Like the REST transport it only decodes (api/grpc_codec.py), calls InferenceService and
 encodes. Every RPC is tagged with its operation (snoozeml/operations.py) and runs inside the
@@ -21,6 +22,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from snoozeml.api.boundary import Call, RequestBoundary
 from snoozeml.api.grpc_codec import decode_grpc_request, encode_grpc_response, metadata_proto
+from snoozeml.api.statistics import statistics_proto
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import ModelNotFound
 from snoozeml.operations import Operation
@@ -179,6 +181,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.RepositoryModelUnloadResponse:
         await self.service.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
+
+    @rpc(Operation.MODEL_STATS, model=lambda request: request.name)
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
+        # No name: every model.
+        return statistics_proto(self.service.statistics(request.name, request.version or None))
 
 
 _Status = health_pb2.HealthCheckResponse.ServingStatus

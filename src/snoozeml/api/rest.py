@@ -20,6 +20,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http_body import ClientGone, read_body, scope_credentials
+from snoozeml.api.metrics import Metrics
+from snoozeml.api.statistics import statistics_json
 from snoozeml.api.status import status_json
 from snoozeml.datatypes import TensorSpec
 from snoozeml.engine.service import InferenceService
@@ -46,8 +48,10 @@ def _model_args(request: Request) -> tuple[str, str | None]:
     return params["name"], params.get("version")
 
 
-def handlers(service: InferenceService, max_request_size: int) -> dict[Operation, Endpoint]:
-    """One endpoint per operation served by FastAPI."""
+def handlers(
+    service: InferenceService, max_request_size: int, metrics: Metrics | None = None
+) -> dict[Operation, Endpoint]:
+    """One endpoint per operation served by FastAPI (`metrics` None: /metrics is off)."""
 
     async def live(request: Request) -> Response:
         return json_response({"live": True})
@@ -100,6 +104,17 @@ def handlers(service: InferenceService, max_request_size: int) -> dict[Operation
     async def admin_status(request: Request) -> Response:
         return json_response(status_json(service.snapshot()))
 
+    async def metrics_text(request: Request) -> Response:
+        if metrics is None:
+            return json_response({"error": "metrics are off ([server.metrics] enabled = false)"},
+                                 404)
+        return Response(await metrics.scrape(), media_type=metrics.content_type)
+
+    async def model_stats(request: Request) -> Response:
+        params = request.path_params  # no name: every model (GET /v2/models/stats)
+        return json_response(statistics_json(
+            service.statistics(params.get("name"), params.get("version"))))
+
     return {
         Operation.SERVER_LIVE: live,
         Operation.SERVER_READY: ready,
@@ -110,6 +125,8 @@ def handlers(service: InferenceService, max_request_size: int) -> dict[Operation
         Operation.REPOSITORY_LOAD: load,
         Operation.REPOSITORY_UNLOAD: unload,
         Operation.ADMIN_STATUS: admin_status,
+        Operation.METRICS: metrics_text,
+        Operation.MODEL_STATS: model_stats,
     }
 
 
@@ -143,22 +160,27 @@ SERVED_ELSEWHERE = frozenset({Operation.INFER})
 
 
 def create_app(
-    service: InferenceService, boundary: RequestBoundary, max_request_size: int
+    service: InferenceService, boundary: RequestBoundary, max_request_size: int,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
-    """The HTTP application for `service`: every route of the operation table but inference."""
+    """The HTTP application for `service`: every route of the operation table but inference
+    (`metrics`: what /metrics serves; None: it answers 404)."""
     app = FastAPI(
         title="SnoozeML", docs_url=None, redoc_url=None, openapi_url=None,
         # A path with a trailing slash is a 404 with a JSON body, not a bodiless 307.
         redirect_slashes=False,
     )
-    endpoints = handlers(service, max_request_size)
+    endpoints = handlers(service, max_request_size, metrics)
+    routes: list[tuple[str, str, Endpoint]] = []
     for operation, spec in OPERATIONS.items():
         if not spec.http or operation in SERVED_ELSEWHERE:
             continue
         endpoint = within(boundary, operation, endpoints.pop(operation))
-        for method, path in spec.http:
-            methods = ["GET", "HEAD"] if method == "GET" else [method]  # HEAD wherever GET
-            app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
+        routes.extend((method, path, endpoint) for method, path in spec.http)
+    # Literal paths first: `/v2/models/stats` is not the metadata of a model named "stats".
+    for method, path, endpoint in sorted(routes, key=lambda route: "{" in route[1]):
+        methods = ["GET", "HEAD"] if method == "GET" else [method]  # HEAD wherever GET
+        app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
     if endpoints:  # a handler for an operation the table gives no route: a bug
         raise RuntimeError(f"no HTTP route in the operation table for {sorted(endpoints)}")
 

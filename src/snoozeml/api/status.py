@@ -29,6 +29,10 @@ def status_json(snapshot: StatusSnapshot) -> dict[str, Any]:
         "devices": [_device(device) for device in snapshot.devices],
         "evictions": dict(snapshot.evictions),
         "auth_refusals": dict(snapshot.auth_refusals),
+        "recent_events": [
+            {"time": iso_time(e.time), "kind": e.kind, "model": e.model, "detail": e.detail}
+            for e in snapshot.recent_events
+        ],
         "models": [_model(model) for model in snapshot.models],
     }
 

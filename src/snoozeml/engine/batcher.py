@@ -213,9 +213,10 @@ class Batcher:
             waits.append(started - pending.enqueued_at)
             requests.append(pending.inputs)
         outputs = batch[0].outputs
-        inline = False
+        inline = ok = False
         try:
             parts, inline = await self._run(requests, rows, outputs)
+            ok = True
         except Exception as exc:
             if not self._hooks.is_out_of_memory(exc):
                 self._fail(batch, exc)
@@ -224,6 +225,7 @@ class Batcher:
             try:
                 await self._hooks.relieve_oom(exc)
                 parts, inline = await self._run(requests, rows, outputs)
+                ok = True
             except Exception as again:
                 if self._hooks.is_out_of_memory(again):
                     again = MemoryExhausted(
@@ -236,7 +238,7 @@ class Batcher:
             seconds = self._clock() - started
             self._hooks.run_times.record(seconds)
             self._events.publish(BatchRun(self.model, self.replica, rows, tuple(waits),
-                                          seconds, inline))
+                                          seconds, inline, ok))
         for pending, part in zip(batch, parts, strict=True):
             if not pending.future.done():
                 pending.future.set_result(part)

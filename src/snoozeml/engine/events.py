@@ -179,6 +179,7 @@ class BatchRun(EngineEvent):
     queue_seconds: tuple[float, ...]  # one per request, in batch order
     run_seconds: float
     inline: bool  # ran on the event loop (see engine/inline.py)
+    ok: bool = True  # False: the run raised, and its requests were answered with the error
 
 
 @dataclass(slots=True)

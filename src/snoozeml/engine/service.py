@@ -13,6 +13,7 @@ from snoozeml.engine.events import Draining, EventBus, InferenceFailed, Inferenc
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
+from snoozeml.engine.recent import RecentEvents
 from snoozeml.engine.replica import ReplicaState
 from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.snapshots import (
@@ -23,11 +24,12 @@ from snoozeml.engine.snapshots import (
     ServerSnapshot,
     StatusSnapshot,
 )
+from snoozeml.engine.statistics import ModelStatistics, Statistics
 from snoozeml.engine.stats import Counters
 from snoozeml.engine.validate import check_request
-from snoozeml.errors import InvalidInput
+from snoozeml.errors import InvalidInput, ShuttingDown
 
-EXTENSIONS = ("binary_tensor_data", "model_repository")
+EXTENSIONS = ("binary_tensor_data", "model_repository", "statistics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,10 @@ class InferenceService:
         self.events: EventBus = manager.events
         self.counters = Counters(manager.models)
         self.counters.subscribe(self.events)
+        self.inference_statistics = Statistics(manager.models, wall=manager.clock.wall)
+        self.inference_statistics.subscribe(self.events)
+        self.recent = RecentEvents(wall=manager.clock.wall)
+        self.recent.subscribe(self.events)
         self.draining = False
         self.started_at = manager.clock.wall()
 
@@ -86,6 +92,9 @@ class InferenceService:
         self, name: str, version: str | None, request: InferRequest
     ) -> InferResponse:
         model = self.manager.get(name, version)
+        if self.draining:
+            raise ShuttingDown(f"the server is shutting down: model {name!r} takes no new "
+                               "request here", retry_after=1.0)
         self.events.publish(InferenceStarted(name))
         try:
             timeout = _timeout_seconds(request.parameters)
@@ -116,10 +125,28 @@ class InferenceService:
         return [e for e in entries if e.state == State.READY.value] if ready_only else entries
 
     async def load(self, name: str, version: str | None = None) -> None:
-        await self.manager.get(name, version).load()
+        model = self.manager.get(name, version)
+        if self.draining:
+            raise ShuttingDown(f"the server is shutting down: model {name!r} is not loaded now",
+                               retry_after=1.0)
+        await model.load()
 
     async def unload(self, name: str, version: str | None = None) -> None:
         await self.manager.get(name, version).unload("admin")
+
+    # --- statistics (Triton's extension) ---------------------------------------------------
+
+    def statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> tuple[ModelStatistics, ...]:
+        """One model's statistics (ModelNotFound for a name or version it lacks), or every
+        configured model's, loaded or not, when `name` is empty."""
+        tally = self.inference_statistics
+        if name:
+            model = self.manager.get(name, version)
+            return (tally.model(model.name, version or model.versions[-1]),)
+        return tuple(tally.model(model.name, model.versions[-1])
+                     for model in self.manager.models.values())
 
     # --- status ----------------------------------------------------------------------------
 
@@ -131,7 +158,7 @@ class InferenceService:
                        for model in self.manager.models.values())
         return StatusSnapshot(server, self.manager.memory.snapshot(),
                               dict(self.counters.evictions), models,
-                              dict(self.counters.auth_refusals))
+                              dict(self.counters.auth_refusals), self.recent.events())
 
     def _model_snapshot(self, model: Model, now: float) -> ModelSnapshot:
         counters = self.counters.model(model.name)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from snoozeml.engine.recent import RecentEvent
+
 
 @dataclass(frozen=True, slots=True)
 class ServerSnapshot:
@@ -112,3 +114,4 @@ class StatusSnapshot:
     evictions: Mapping[str, int]  # unload reason (memory_pressure, oom) -> models evicted
     models: tuple[ModelSnapshot, ...]
     auth_refusals: Mapping[str, int] = field(default_factory=dict)  # unauthenticated/forbidden
+    recent_events: tuple[RecentEvent, ...] = ()  # oldest first

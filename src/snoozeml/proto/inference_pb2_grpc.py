@@ -79,6 +79,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=snoozeml_dot_proto_dot_inference__pb2.RepositoryModelUnloadRequest.SerializeToString,
                 response_deserializer=snoozeml_dot_proto_dot_inference__pb2.RepositoryModelUnloadResponse.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=snoozeml_dot_proto_dot_inference__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=snoozeml_dot_proto_dot_inference__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -138,6 +143,12 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.RepositoryModelUnload,
                     request_deserializer=snoozeml_dot_proto_dot_inference__pb2.RepositoryModelUnloadRequest.FromString,
                     response_serializer=snoozeml_dot_proto_dot_inference__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=snoozeml_dot_proto_dot_inference__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=snoozeml_dot_proto_dot_inference__pb2.ModelStatisticsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/RepositoryModelUnload',
             snoozeml_dot_proto_dot_inference__pb2.RepositoryModelUnloadRequest.SerializeToString,
             snoozeml_dot_proto_dot_inference__pb2.RepositoryModelUnloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            snoozeml_dot_proto_dot_inference__pb2.ModelStatisticsRequest.SerializeToString,
+            snoozeml_dot_proto_dot_inference__pb2.ModelStatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,397 @@
+"""Prometheus metrics in process: events published on a real bus, the registry rendered and
+parsed back with prometheus_client's own parser, and exact values read from it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import prometheus_client
+import pytest
+from onnx_models import write_mlp
+from prometheus_client.parser import text_string_to_metric_families
+
+from snoozeml.api.metrics import DURATION_BUCKETS, Histogram, Metrics
+from snoozeml.api.metrics_gauges import ModelLabels, gauge_families
+from snoozeml.config import load_config, parse_config
+from snoozeml.engine.events import (
+    BatchRun,
+    EventBus,
+    Evicting,
+    LoadDeferred,
+    LoadFailed,
+    LoadFinished,
+    OomRetry,
+    QueueFull,
+    QueueTimedOut,
+    ReplicaAdded,
+    ReplicaFailed,
+    ReplicaRemoved,
+    RequestDropped,
+    RequestFinished,
+    Unloaded,
+)
+from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.service import InferenceService
+from snoozeml.engine.snapshots import StatusSnapshot
+from snoozeml.errors import ConfigError
+from snoozeml.operations import Operation
+
+MODELS = ("mlp", "other")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(text: bytes | str) -> Samples:
+    """Every sample of an exposition, keyed by (sample name, its labels)."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(found: Samples, name: str, **labels: str) -> float:
+    return found[(name, frozenset(labels.items()))]
+
+
+def series(found: Samples, name: str) -> list[dict[str, str]]:
+    return [dict(labels) for sample, labels in found if sample == name]
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[InferenceService]:
+    write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
+    config = parse_config({"models": [{"name": name, "path": "mlp.onnx", "device": "cpu"}
+                                      for name in MODELS]},
+                          source=tmp_path / "models.toml")
+    manager = ModelManager(config)
+    yield InferenceService(manager)
+    manager.loader.shutdown()
+
+
+def metrics_on(bus: EventBus, snapshot: Callable[[], StatusSnapshot],
+               per_model: bool = True) -> Metrics:
+    metrics = Metrics(MODELS, snapshot, per_model)
+    metrics.subscribe(bus)
+    return metrics
+
+
+def finished(operation: Operation, model: str | None, status: int, seconds: float,
+             protocol: str = "http", outcome: str = "ok") -> RequestFinished:
+    return RequestFinished(operation, protocol, model, outcome, status, seconds)
+
+
+# --- counted from events ----------------------------------------------------------------------
+
+
+def test_requests_are_counted_by_model_protocol_operation_and_status(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot)
+    for seconds in (0.0004, 0.0005, 0.003):
+        bus.publish(finished(Operation.INFER, "mlp", 200, seconds))
+    bus.publish(finished(Operation.INFER, "mlp", 400, 0.0001, outcome="invalid_input"))
+    bus.publish(finished(Operation.INFER, "mlp", 200, 0.02, protocol="grpc"))
+    bus.publish(finished(Operation.SERVER_METADATA, None, 200, 0.001))
+
+    found = samples(metrics.render())
+
+    assert value(found, "snooze_requests_total", model="mlp", protocol="http",
+                 operation="infer", code="200") == 3
+    assert value(found, "snooze_requests_total", model="mlp", protocol="http",
+                 operation="infer", code="400") == 1
+    assert value(found, "snooze_requests_total", model="mlp", protocol="grpc",
+                 operation="infer", code="200") == 1
+    assert value(found, "snooze_requests_total", model="", protocol="http",
+                 operation="server_metadata", code="200") == 1
+    assert len(series(found, "snooze_requests_total")) == 4
+    http = {"model": "mlp", "protocol": "http"}
+    name = "snooze_request_duration_seconds"
+    assert value(found, f"{name}_count", **http) == 4
+    assert value(found, f"{name}_sum", **http) == pytest.approx(0.0040)
+    # `le` holds the bound itself: 0.0005 s lands in the 0.0005 bucket.
+    assert value(found, f"{name}_bucket", le="0.0005", **http) == 3
+    assert value(found, f"{name}_bucket", le="0.0025", **http) == 3
+    assert value(found, f"{name}_bucket", le="0.005", **http) == 4
+    assert value(found, f"{name}_bucket", le="+Inf", **http) == 4
+    assert value(found, f"{name}_count", model="mlp", protocol="grpc") == 1
+    assert value(found, f"{name}_count", model="", protocol="http") == 1
+    # A histogram shows from its first observation; counters from the start.
+    assert series(found, f"{name}_count") == [
+        {"model": "", "protocol": "http"}, {"model": "mlp", "protocol": "grpc"},
+        {"model": "mlp", "protocol": "http"}]
+
+
+def test_a_model_name_no_model_has_is_counted_under_the_empty_model(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot)
+    for i in range(50):  # what a client might send to blow up the series
+        bus.publish(finished(Operation.MODEL_METADATA, f"nope-{i}", 404, 0.001,
+                             outcome="not_found"))
+
+    found = samples(metrics.render())
+
+    models = {labels["model"] for labels in series(found, "snooze_requests_total")}
+    assert models == {""}
+    assert value(found, "snooze_requests_total", model="", protocol="http",
+                 operation="model_metadata", code="404") == 50
+    every_model = {labels.get("model") for (_, labelset) in found
+                   for labels in [dict(labelset)] if "model" in labels}
+    assert every_model <= {"", *MODELS}
+
+
+def test_batches_give_queue_waits_per_request_and_run_time_and_rows_per_batch(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot)
+    bus.publish(BatchRun("mlp", 0, 5, (0.0001, 0.002, 0.02), 0.003, False))
+    bus.publish(BatchRun("mlp", 0, 1, (0.0004,), 0.0002, True))
+
+    found = samples(metrics.render())
+
+    queue = "snooze_queue_duration_seconds"
+    assert value(found, f"{queue}_count", model="mlp") == 4
+    assert value(found, f"{queue}_sum", model="mlp") == pytest.approx(0.0225)
+    assert value(found, f"{queue}_bucket", model="mlp", le="0.0005") == 2
+    assert value(found, f"{queue}_bucket", model="mlp", le="0.0025") == 3
+    assert value(found, f"{queue}_bucket", model="mlp", le="0.025") == 4
+    run = "snooze_inference_duration_seconds"
+    assert value(found, f"{run}_count", model="mlp") == 2
+    assert value(found, f"{run}_sum", model="mlp") == pytest.approx(0.0032)
+    assert value(found, f"{run}_bucket", model="mlp", le="0.0005") == 1
+    rows = "snooze_batch_size"
+    assert value(found, f"{rows}_count", model="mlp") == 2
+    assert value(found, f"{rows}_sum", model="mlp") == 6
+    assert value(found, f"{rows}_bucket", model="mlp", le="1.0") == 1
+    assert value(found, f"{rows}_bucket", model="mlp", le="4.0") == 1
+    assert value(found, f"{rows}_bucket", model="mlp", le="8.0") == 2
+    assert series(found, f"{queue}_count") == [{"model": "mlp"}]
+
+
+def test_loads_unloads_replicas_queue_drops_evictions_and_auth_refusals_are_counted(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot)
+    bus.publish(LoadFinished("mlp", 0, "cpu", 0.2, 1000))
+    bus.publish(LoadFinished("mlp", 1, "cpu", 0.04, 1000))
+    bus.publish(LoadFailed("other", "broken", 1.0, 0.01))
+    bus.publish(LoadDeferred("other", "no memory"))
+    bus.publish(Unloaded("mlp", "idle", 1000))
+    bus.publish(Unloaded("mlp", "memory_pressure", 1000))
+    bus.publish(Unloaded("other", "admin", 0))
+    bus.publish(ReplicaAdded("mlp", 1, "cpu", 2))
+    bus.publish(ReplicaRemoved("mlp", 1, "cpu", 1000, 1))
+    bus.publish(ReplicaFailed("mlp", "no room", True, True))
+    bus.publish(QueueFull("mlp", 2))
+    bus.publish(QueueTimedOut("mlp"))
+    bus.publish(RequestDropped("mlp"))
+    bus.publish(Evicting("other", "cpu", 10, ("mlp", "x")))
+    bus.publish(OomRetry("other", "cpu", "load", "oom", ("mlp",)))
+    bus.publish(Evicting("other", "cpu", 10, ()))
+    bus.publish(finished(Operation.INFER, "mlp", 401, 0.0001, outcome="unauthenticated"))
+    bus.publish(finished(Operation.REPOSITORY_LOAD, "mlp", 403, 0.0001, protocol="grpc",
+                         outcome="forbidden"))
+
+    found = samples(metrics.render())
+
+    loads = "snooze_model_loads_total"
+    assert value(found, loads, model="mlp", result="ok") == 2
+    assert value(found, loads, model="mlp", result="failed") == 0
+    assert value(found, loads, model="other", result="failed") == 1
+    assert value(found, loads, model="other", result="deferred") == 1
+    load = "snooze_model_load_duration_seconds"
+    assert value(found, f"{load}_count", model="mlp") == 2
+    assert value(found, f"{load}_sum", model="mlp") == pytest.approx(0.24)
+    assert value(found, f"{load}_bucket", model="mlp", le="0.05") == 1
+    assert series(found, f"{load}_count") == [{"model": "mlp"}]  # a failed load: no start
+    unloads = "snooze_model_unloads_total"
+    assert value(found, unloads, model="mlp", reason="idle") == 1
+    assert value(found, unloads, model="mlp", reason="memory_pressure") == 1
+    assert value(found, unloads, model="mlp", reason="shutdown") == 0
+    assert value(found, unloads, model="other", reason="admin") == 1
+    replicas = "snooze_replica_events_total"
+    assert [value(found, replicas, model="mlp", event=e) for e in ("added", "removed",
+                                                                    "failed")] == [1, 1, 1]
+    drops = "snooze_queue_dropped_total"
+    assert [value(found, drops, model="mlp", reason=r) for r in ("full", "timeout",
+                                                                 "client_gone")] == [1, 1, 1]
+    assert value(found, "snooze_evictions_total", reason="memory_pressure") == 2
+    assert value(found, "snooze_evictions_total", reason="oom") == 1
+    auth = "snooze_auth_failures_total"
+    assert value(found, auth, protocol="http", reason="unauthenticated") == 1
+    assert value(found, auth, protocol="grpc", reason="forbidden") == 1
+    assert value(found, auth, protocol="http", reason="forbidden") == 0
+
+
+def test_per_model_off_keeps_the_model_label_with_the_value_empty(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot, per_model=False)
+    bus.publish(finished(Operation.INFER, "mlp", 200, 0.001))
+    bus.publish(finished(Operation.INFER, "other", 200, 0.001))
+    bus.publish(BatchRun("mlp", 0, 1, (0.001,), 0.001, False))
+    bus.publish(BatchRun("other", 0, 2, (0.001,), 0.001, False))
+    bus.publish(Unloaded("other", "idle", 0))
+
+    found = samples(metrics.render())
+
+    models = {labels["model"] for (_, labelset) in found
+              for labels in [dict(labelset)] if "model" in labels}
+    assert models == {""}
+    assert value(found, "snooze_requests_total", model="", protocol="http",
+                 operation="infer", code="200") == 2
+    assert value(found, "snooze_batch_size_count", model="") == 2
+    assert value(found, "snooze_model_unloads_total", model="", reason="idle") == 1
+    # Two models, both UNLOADED: the state gauge counts them.
+    assert value(found, "snooze_model_state", model="", state="UNLOADED") == 2
+    assert value(found, "snooze_model_state", model="", state="READY") == 0
+
+
+def test_after_unsubscribing_nothing_more_is_counted(service: InferenceService) -> None:
+    bus = EventBus()
+    metrics = Metrics(MODELS, service.snapshot)
+    unsubscribe = metrics.subscribe(bus)
+    bus.publish(finished(Operation.INFER, "mlp", 200, 0.001))
+    unsubscribe()
+    bus.publish(finished(Operation.INFER, "mlp", 200, 0.001))
+
+    found = samples(metrics.render())
+
+    assert value(found, "snooze_requests_total", model="mlp", protocol="http",
+                 operation="infer", code="200") == 1
+
+
+def test_a_scrape_formats_off_the_loop_what_render_gives_on_it(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot)
+    bus.publish(finished(Operation.INFER, "mlp", 200, 0.001))
+    bus.publish(BatchRun("mlp", 0, 3, (0.001,), 0.002, False))
+
+    async def both() -> tuple[Samples, Samples]:
+        scraped = samples(await metrics.scrape())
+        bus.publish(finished(Operation.INFER, "mlp", 200, 0.001))  # after: not in `scraped`
+        return scraped, samples(metrics.render())
+
+    scraped, rendered = asyncio.run(both())
+
+    ours = {key: count for key, count in scraped.items() if key[0].startswith("snooze_")}
+    assert value(ours, "snooze_requests_total", model="mlp", protocol="http",
+                 operation="infer", code="200") == 1
+    assert value(rendered, "snooze_requests_total", model="mlp", protocol="http",
+                 operation="infer", code="200") == 2
+    assert value(ours, "snooze_batch_size_sum", model="mlp") == 3
+    assert {name for name, _ in scraped} == {name for name, _ in rendered}
+
+
+# --- read from the snapshot -------------------------------------------------------------------
+
+
+def test_gauges_show_each_models_state_replicas_memory_and_the_devices_budget(
+    service: InferenceService,
+) -> None:
+    metrics = metrics_on(service.events, service.snapshot)
+
+    async def load_mlp() -> bytes:
+        await service.load("mlp", None)
+        try:
+            return metrics.render()
+        finally:
+            await service.manager.shutdown()
+
+    found = samples(asyncio.run(load_mlp()))
+
+    states = {labels["state"]: value(found, "snooze_model_state", **labels)
+              for labels in series(found, "snooze_model_state") if labels["model"] == "mlp"}
+    assert states == {"UNLOADED": 0, "LOADING": 0, "READY": 1, "UNLOADING": 0, "FAILED": 0}
+    assert value(found, "snooze_model_state", model="other", state="UNLOADED") == 1
+    assert value(found, "snooze_replicas", model="mlp") == 1
+    assert value(found, "snooze_replicas", model="other") == 0
+    held = value(found, "snooze_model_memory_bytes", model="mlp", device="cpu")
+    assert held > 0
+    assert value(found, "snooze_model_memory_bytes", model="other", device="cpu") == 0
+    assert value(found, "snooze_device_memory_used_bytes", device="cpu") == held
+    assert value(found, "snooze_device_memory_budget_bytes", device="cpu") > held
+    assert value(found, "snooze_queue_depth", model="mlp") == 0
+    assert value(found, "snooze_inflight_requests", model="mlp") == 0
+    assert value(found, "snooze_model_loads_total", model="mlp", result="ok") == 1
+
+
+def test_queue_and_in_flight_gauges_add_up_when_folded(service: InferenceService) -> None:
+    snapshot = service.snapshot()
+    busy = replace(snapshot, models=tuple(
+        replace(model, queued=3 + i, in_flight=5 + i) for i, model in enumerate(snapshot.models)
+    ))
+
+    def gauges(per_model: bool) -> Samples:
+        families = gauge_families(busy, ModelLabels(MODELS, per_model))
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for family in families for s in family.samples}
+
+    each, folded = gauges(True), gauges(False)
+
+    assert value(each, "snooze_queue_depth", model="mlp") == 3
+    assert value(each, "snooze_inflight_requests", model="other") == 6
+    assert value(folded, "snooze_queue_depth", model="") == 7
+    assert value(folded, "snooze_inflight_requests", model="") == 11
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+
+def test_the_registry_is_the_daemons_own_with_the_process_and_python_collectors(
+    service: InferenceService,
+) -> None:
+    metrics = metrics_on(EventBus(), service.snapshot)
+
+    found = samples(metrics.render())
+    names = {name for name, _ in found}
+
+    assert "process_resident_memory_bytes" in names
+    assert "python_info" in names
+    assert not any(name.endswith("_created") for name in names)
+    globally = samples(prometheus_client.generate_latest(prometheus_client.REGISTRY))
+    assert not any(name.startswith("snooze_") for name, _ in globally)
+    assert metrics.content_type == prometheus_client.CONTENT_TYPE_LATEST
+
+
+def test_a_histogram_counts_each_value_in_the_first_bucket_whose_bound_holds_it() -> None:
+    histogram = Histogram((1.0, 2.0))
+    for observed in (0.5, 1.0, 1.5, 2.0, 7.0):
+        histogram.observe(observed)
+
+    assert histogram.buckets() == [("1.0", 2), ("2.0", 4), ("+Inf", 5)]
+    assert histogram.total == 12.0
+    assert DURATION_BUCKETS[0] == 0.0005
+    assert DURATION_BUCKETS[-1] == 30.0
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+def test_server_metrics_is_on_and_per_model_by_default_and_each_key_can_be_turned_off() -> None:
+    assert parse_config({}).server.metrics.enabled is True
+    assert parse_config({}).server.metrics.per_model is True
+    off = parse_config({"server": {"metrics": {"enabled": False, "per_model": False}}})
+    assert (off.server.metrics.enabled, off.server.metrics.per_model) == (False, False)
+
+
+def test_a_wrong_server_metrics_key_is_a_problem_naming_key_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text('[server.metrics]\nper_model = "no"\nscrape = true\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    problems = "\n".join(info.value.problems)
+    assert "models.toml:2: server.metrics.per_model" in problems
+    assert "models.toml:3: server.metrics.scrape" in problems
