@@ -61,6 +61,9 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
                   "snoozeml.cli", "snoozeml.hub", *WEB)),
     (("snoozeml.runtime",), ("snoozeml.engine", "snoozeml.api", "snoozeml.server", *WEB)),
     (("snoozeml.engine",), ("snoozeml.api", "snoozeml.server", "snoozeml.cli", *WEB)),
+    # The monitor is a client of the daemon's HTTP API, never of its insides.
+    (("snoozeml.monitor",), ("snoozeml.runtime", "snoozeml.engine", "snoozeml.api",
+                             "snoozeml.server", "snoozeml.hub")),
 ]
 
 

@@ -12,7 +12,7 @@ from snoozeml import __version__
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, inside main's KeyboardInterrupt guard: Ctrl-C during the first imports
     # must not print a traceback.
-    from snoozeml.cli import keys, pull, scan, serve, token
+    from snoozeml.cli import keys, monitor, pull, scan, serve, token
 
     parser = argparse.ArgumentParser(
         prog="snooze",
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.register(commands)
     keys.register(commands)
     token.register(commands)
+    monitor.register(commands)
     return parser
 
 
