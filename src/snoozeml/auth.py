@@ -260,7 +260,11 @@ class _Tokens:
             raise Unauthenticated("invalid") from exc
         subject = claims.get("sub")
         name = subject if isinstance(subject, str) else ""
-        role = _highest_role(claims.get(self._config.role_claim))
+        claim = self._config.role_claim
+        held = claims.get(claim)
+        if held is None and claim == "role":
+            held = claims.get("roles")  # the default claim also reads the plural, as a list
+        role = _highest_role(held)
         if role is None:
             raise PermissionDenied(_NO_ROLE, name)
         return Principal(name, role, "jwt"), float(claims["exp"])

@@ -559,3 +559,15 @@ def test_the_role_table_in_the_docs_is_the_codes() -> None:
         for operation in Operation
     }
     assert _docs_table() == expected
+
+
+def test_the_default_role_claim_also_reads_a_roles_list() -> None:
+    auth = Authenticator.from_config(AuthConfig(jwt=hs_jwt()), {"SNOOZE_JWT_SECRET": SECRET})
+    now = int(time.time())
+    value = token({"sub": "svc", "exp": now + 60, "roles": ["readonly", "admin", "nobody"]})
+    assert auth.check(Operation.REPOSITORY_LOAD, bearer(value), None) == Principal(
+        "svc", "admin", "jwt")
+    named = Authenticator.from_config(AuthConfig(jwt=hs_jwt(role_claim="scope")),
+                                      {"SNOOZE_JWT_SECRET": SECRET})
+    with pytest.raises(PermissionDenied):  # a configured claim reads that claim only
+        named.check(Operation.INFER, bearer(value), None)
