@@ -27,6 +27,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -459,6 +460,18 @@ def wrk_version() -> str:
 
 
 # --- processes ---------------------------------------------------------------------------
+
+
+def median_or_nan(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """`median (min to max)` in `fmt`; an em dash for no values."""
+    if not values:
+        return "—"
+    middle = median_or_nan(values)
+    return f"{middle:{fmt}} ({min(values):{fmt}} to {max(values):{fmt}})"
 
 
 def process_cpu_s(pid: int) -> float:

@@ -59,11 +59,13 @@ from harness import (
     check_infer,
     command_line,
     machine_line,
+    median_or_nan,
     model_status,
     new_session,
     process_cpu_s,
     random_rows,
     run_wrk,
+    spread,
     wait_loaded,
     wait_ready,
     write_body,
@@ -395,15 +397,6 @@ def end_to_end(off_config: Path, creds: Credentials, workdir: Path,
 # --- report ------------------------------------------------------------------------------
 
 
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def _range(values: Sequence[float], fmt: str) -> str:
-    if not values:
-        return "—"
-    return f"{_median(values):{fmt}} ({min(values):{fmt}} to {max(values):{fmt}})"
-
 
 def in_process_report(costs: list[CheckCost], args: argparse.Namespace) -> list[str]:
     lines = [
@@ -437,10 +430,10 @@ def end_to_end_report(runs: list[Run], args: argparse.Namespace) -> list[str]:
         for variant in VARIANTS:
             mine = [r for r in runs if r.connections == connections and r.variant == variant]
             lines.append(
-                f"| c{connections} | {variant} | {_median([r.per_s for r in mine]):,.0f} | "
-                f"{_median([r.wrk['p50_ms'] for r in mine]):.3f} | "
-                f"{_median([r.wrk['p99_ms'] for r in mine]):.3f} | "
-                f"{_median([r.cpu_us_per_request for r in mine]):.1f} | "
+                f"| c{connections} | {variant} | {median_or_nan([r.per_s for r in mine]):,.0f} | "
+                f"{median_or_nan([r.wrk['p50_ms'] for r in mine]):.3f} | "
+                f"{median_or_nan([r.wrk['p99_ms'] for r in mine]):.3f} | "
+                f"{median_or_nan([r.cpu_us_per_request for r in mine]):.1f} | "
                 f"{sum(r.inline for r in mine)}/{len(mine)} |")
     lines += [
         "",
@@ -460,10 +453,10 @@ def end_to_end_report(runs: list[Run], args: argparse.Namespace) -> list[str]:
             cpu = [n.cpu_us_per_request - o.cpu_us_per_request for o, n in pairs]
             lines.append(
                 f"| c{connections} | {variant} | "
-                f"{_range([n.per_s / o.per_s for o, n in pairs], '.3f')} | "
-                f"{_range([n.wrk['p50_ms'] / o.wrk['p50_ms'] for o, n in pairs], '.3f')} | "
-                f"{_range([n.wrk['p99_ms'] / o.wrk['p99_ms'] for o, n in pairs], '.3f')} | "
-                f"{_range(cpu, '+.1f')} |")
+                f"{spread([n.per_s / o.per_s for o, n in pairs], '.3f')} | "
+                f"{spread([n.wrk['p50_ms'] / o.wrk['p50_ms'] for o, n in pairs], '.3f')} | "
+                f"{spread([n.wrk['p99_ms'] / o.wrk['p99_ms'] for o, n in pairs], '.3f')} | "
+                f"{spread(cpu, '+.1f')} |")
     return [*lines, ""]
 
 

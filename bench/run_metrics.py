@@ -46,11 +46,13 @@ from harness import (
     check_infer,
     command_line,
     machine_line,
+    median_or_nan,
     model_status,
     new_session,
     process_cpu_s,
     random_rows,
     run_wrk,
+    spread,
     wait_loaded,
     wait_ready,
     write_body,
@@ -253,15 +255,6 @@ def end_to_end(workdir: Path, args: argparse.Namespace) -> list[Run]:
 # --- report ------------------------------------------------------------------------------
 
 
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def _range(values: Sequence[float], fmt: str) -> str:
-    if not values:
-        return "—"
-    return f"{_median(values):{fmt}} ({min(values):{fmt}} to {max(values):{fmt}})"
-
 
 def report(machine: str, costs: list[EventCost] | None, runs: list[Run] | None,
            args: argparse.Namespace) -> str:
@@ -295,25 +288,25 @@ def report(machine: str, costs: list[EventCost] | None, runs: list[Run] | None,
         for variant in VARIANTS:
             mine = [r for r in runs if r.variant == variant]
             lines.append(
-                f"| {variant} | {_median([r.per_s for r in mine]):,.0f} | "
-                f"{_median([r.wrk['p50_ms'] for r in mine]):.3f} | "
-                f"{_median([r.wrk['p99_ms'] for r in mine]):.3f} | "
-                f"{_median([r.cpu_us_per_request for r in mine]):.1f} | "
+                f"| {variant} | {median_or_nan([r.per_s for r in mine]):,.0f} | "
+                f"{median_or_nan([r.wrk['p50_ms'] for r in mine]):.3f} | "
+                f"{median_or_nan([r.wrk['p99_ms'] for r in mine]):.3f} | "
+                f"{median_or_nan([r.cpu_us_per_request for r in mine]):.1f} | "
                 f"{sum(r.inline for r in mine)}/{len(mine)} |")
         off = {r.round: r for r in runs if r.variant == "off"}
         pairs = [(off[r.round], r) for r in runs if r.variant == "on"]
         ratios = [on.per_s / base.per_s for base, on in pairs]
-        met = _median(ratios) >= AIM_RATIO
+        met = median_or_nan(ratios) >= AIM_RATIO
         lines += [
             "",
             "Ratios on/off, paired within each round: median (range).",
             "",
             "| req/s on/off | p50 on/off | p99 on/off | CPU µs/request on - off |",
             "| ---: | ---: | ---: | ---: |",
-            f"| {_range(ratios, '.3f')} | "
-            f"{_range([n.wrk['p50_ms'] / o.wrk['p50_ms'] for o, n in pairs], '.3f')} | "
-            f"{_range([n.wrk['p99_ms'] / o.wrk['p99_ms'] for o, n in pairs], '.3f')} | "
-            f"{_range([n.cpu_us_per_request - o.cpu_us_per_request for o, n in pairs], '+.1f')}"
+            f"| {spread(ratios, '.3f')} | "
+            f"{spread([n.wrk['p50_ms'] / o.wrk['p50_ms'] for o, n in pairs], '.3f')} | "
+            f"{spread([n.wrk['p99_ms'] / o.wrk['p99_ms'] for o, n in pairs], '.3f')} | "
+            f"{spread([n.cpu_us_per_request - o.cpu_us_per_request for o, n in pairs], '+.1f')}"
             " |",
             "",
             f"Aim of issue 13, req/s on/off >= {AIM_RATIO} (median of the paired ratios): "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from snoozeml.config_auth import AuthConfig, read_secret
+from snoozeml.config_auth import SHA256_HEX, AuthConfig, read_secret
 from snoozeml.errors import describe_exception
 
 PublicKey = (rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
@@ -53,7 +52,7 @@ def load_api_keys(auth: AuthConfig, environ: Mapping[str, str],
         where = f"auth.api_keys[{i}]"
         digest: bytes | None = None
         if entry.sha256 is not None:
-            if re.fullmatch(r"[0-9a-fA-F]{64}", entry.sha256):
+            if SHA256_HEX.match(entry.sha256):
                 digest = bytes.fromhex(entry.sha256)
             else:
                 problems.append(f"{where}.sha256: must be 64 hexadecimal digits")

@@ -26,7 +26,7 @@ KEY_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256",
 Algorithm = Literal["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384",
                     "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 Duration = Annotated[float, BeforeValidator(lambda v: parse_duration(v))]
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")  # an API key as the config stores it
 MIN_KEY_LENGTH = 32  # characters of a key read from a variable or file
 # RFC 7518 3.2: an HMAC key at least as long as the hash.
 MIN_SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
@@ -116,7 +116,7 @@ def check_auth(raw: object, environ: Mapping[str, str], base: Path, problem: Pro
             continue  # the type check reports it
         key: str | None = None
         if sources[0] == "sha256":
-            if not _SHA256.match(value):
+            if not SHA256_HEX.match(value):
                 problem((*loc, "sha256"), "must be 64 hexadecimal digits (the SHA-256 of the "
                         "key, as `snooze keys new` prints it)")
             elif value.lower() in hashes:

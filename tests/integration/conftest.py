@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from daemon import Daemon, write_config
 from oip_http import output
@@ -49,3 +50,17 @@ def module_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartDaem
     yield start
     for daemon in started:
         daemon.stop()
+
+
+@pytest.fixture
+def client_for() -> Iterator[Callable[[Daemon], httpx.Client]]:
+    """HTTP clients for daemons started in the test, closed at its end."""
+    clients: list[httpx.Client] = []
+
+    def make(daemon: Daemon) -> httpx.Client:
+        clients.append(httpx.Client(base_url=daemon.url, timeout=120))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()

@@ -8,31 +8,16 @@ from __future__ import annotations
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import numpy as np
-import pytest
-from daemon import Daemon
 from oip_http import loop_request, output, status_of, wait_for_status
 from onnx_models import LoopModel, reference_session
 
 CLIENTS = 32
 REQUEST_SECONDS = 0.005  # of one core: the daemon, not the Python clients, is the bottleneck
 
-
-@pytest.fixture
-def client_for() -> Iterator[Callable[[Daemon], httpx.Client]]:
-    clients: list[httpx.Client] = []
-
-    def make(daemon: Daemon) -> httpx.Client:
-        clients.append(httpx.Client(base_url=daemon.url, timeout=120))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 class Load:

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +137,6 @@ def model_entries(paths: dict[str, Path], **extra: str) -> str:
 
 # --- HTTP helpers -------------------------------------------------------------------------------
 
-
-@pytest.fixture
-def client_for() -> Iterator[Any]:
-    clients: list[httpx.Client] = []
-
-    def make(daemon: Daemon) -> httpx.Client:
-        clients.append(httpx.Client(base_url=daemon.url, timeout=120))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 def big_request(x: np.ndarray = BIG_INPUT) -> dict[str, Any]:

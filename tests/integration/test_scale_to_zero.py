@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
-from daemon import Daemon
 from oip_http import index_of, loop_request, output, status_of
 from onnx_models import LoopModel, reference_session, write_mlp
 
@@ -32,19 +30,6 @@ def big_session(big_model: Path) -> ort.InferenceSession:
 def big_input(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((2, 16)).astype(np.float32)
 
-
-@pytest.fixture
-def client_for() -> Iterator[Callable[[Daemon], httpx.Client]]:
-    """HTTP clients for daemons started in the test, closed at its end."""
-    clients: list[httpx.Client] = []
-
-    def make(daemon: Daemon) -> httpx.Client:
-        clients.append(httpx.Client(base_url=daemon.url, timeout=120))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 # --- Done means 2: one load for any number of concurrent first requests ----------------------

@@ -161,7 +161,8 @@ class Autoscaler:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        self._unsubscribe = events.subscribe(self._on_event, (StateChanged, Draining))
+        self._unsubscribe = events.subscribe_each({StateChanged: self._on_state,
+                                                   Draining: self._on_draining})
 
     def desired(self, name: str) -> int | None:
         """The replica count last decided for `name`; None when it does not scale."""
@@ -183,12 +184,13 @@ class Autoscaler:
         steps = [w.step for w in self._watches.values() if w.step is not None]
         await asyncio.gather(*steps, return_exceptions=True)
 
-    def _on_event(self, event: object) -> None:
-        if isinstance(event, Draining):
-            self._stopping = True
+    def _on_state(self, event: StateChanged) -> None:
+        if event.model in self._watches:
             self._wake.set()
-        elif isinstance(event, StateChanged) and event.model in self._watches:
-            self._wake.set()
+
+    def _on_draining(self, event: Draining) -> None:
+        self._stopping = True
+        self._wake.set()
 
     async def _run(self) -> None:
         while not self._stopping:
