@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,7 +25,8 @@ from snoozeml.errors import InvalidInput
 from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays, utf8_strings
-from snoozeml.runtime.torch_env import DTYPES, PLATFORM, require, torch_device
+from snoozeml.runtime.hf_load import NotMappable, load_mapped
+from snoozeml.runtime.torch_env import DTYPES, PLATFORM, dtype_key, require, torch_device
 
 
 def task_of(config: dict[str, Any]) -> str:
@@ -44,9 +46,10 @@ _AUTO_CLASSES = {
 }
 
 
-def model_class(folder: Path, task: str | None) -> tuple[str, Any]:
-    """The task and the transformers class for a folder; importing the class's module is
-    what costs memory for good, so it happens here, before the load is measured."""
+def model_class(folder: Path, task: str | None) -> tuple[str, Any, Any]:
+    """The task, the transformers class and a fresh config for a folder; importing the class's
+    module is what costs memory for good, so `prepare_blocking` calls this before the load is
+    measured."""
     transformers = require("transformers")
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     task = task or task_of(raw)
@@ -59,7 +62,7 @@ def model_class(folder: Path, task: str | None) -> tuple[str, Any]:
             f"transformers has no {_AUTO_CLASSES[task]} for model type "
             f"{config.model_type!r} (task {task!r})"
         ) from None
-    return task, cls
+    return task, cls, config
 
 
 class HuggingFaceInstance:
@@ -67,16 +70,9 @@ class HuggingFaceInstance:
 
     def __init__(self, spec: ModelConfig) -> None:
         folder = spec.path
-        self.task, cls = model_class(folder, spec.task)
+        self.task, cls, config = model_class(folder, spec.task)
         self.device = torch_device(spec.device)
-        dtype = DTYPES[spec.dtype]
-        # transformers fills missing or mis-shaped weights with random values and only warns;
-        # a model serving noise must be FAILED instead, naming what did not match.
-        model, info = cls.from_pretrained(
-            str(folder), local_files_only=True, use_safetensors=True, output_loading_info=True,
-            ignore_mismatched_sizes=True, **_dtype_kwarg(dtype)
-        )
-        _check_loading_info(folder, info)
+        model = _load_weights(spec, cls, config)
         self.model = model.to(self.device).eval()
         _page_in(self.model)
         self.pooling = spec.pooling
@@ -270,37 +266,67 @@ class HuggingFaceInstance:
             torch.cuda.empty_cache()
 
 
-def _check_loading_info(folder: Path, info: dict[str, Any]) -> None:
-    def some(keys: Sequence[Any]) -> str:
-        shown = ", ".join(str(k) for k in list(keys)[:5])
-        return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+def _load_weights(spec: ModelConfig, cls: Any, config: Any) -> torch.nn.Module:
+    """The model with its weights on the CPU: mapped from its safetensors file when the folder
+    is an exact fit (runtime/hf_load.py), else through `from_pretrained`."""
+    dtype = DTYPES[spec.dtype]
+    try:
+        mapped = load_mapped(spec.path, cls, config, dtype)
+    except NotMappable as exc:
+        reason = str(exc)
+    else:
+        log_event("weights_loaded", model=spec.name, via="mmap")
+        if mapped.unused:
+            _warn_unused(spec.path, mapped.unused)
+        return mapped.model
+    # Outside the except clause: its traceback would keep the fast path's tensors alive.
+    log_event("weights_loaded", model=spec.name, via="from_pretrained", reason=reason)
+    # transformers fills missing or mis-shaped weights with random values and only warns;
+    # a model serving noise must be FAILED instead, naming what did not match.
+    model, info = cls.from_pretrained(
+        str(spec.path), local_files_only=True, use_safetensors=True, output_loading_info=True,
+        ignore_mismatched_sizes=True, **{dtype_key(): dtype}
+    )
+    _check_loading_info(spec.path, info)
+    return cast(torch.nn.Module, model)
 
+
+def _some(keys: Sequence[Any]) -> str:
+    shown = ", ".join(str(k) for k in list(keys)[:5])
+    return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+
+def _check_loading_info(folder: Path, info: dict[str, Any]) -> None:
     problems = []
     if info.get("missing_keys"):
-        problems.append(f"missing {some(sorted(info['missing_keys']))}")
+        problems.append(f"missing {_some(sorted(info['missing_keys']))}")
     if info.get("mismatched_keys"):
         shapes = [f"{key} {list(saved)} vs {list(wanted)}"
                   for key, saved, wanted in sorted(info["mismatched_keys"])]
-        problems.append(f"shapes differ (weights vs config) for {some(shapes)}")
+        problems.append(f"shapes differ (weights vs config) for {_some(shapes)}")
     if problems:
         raise RuntimeError(f"the weights in {folder} do not match its config.json: "
                            + "; ".join(problems))
     if info.get("unexpected_keys"):
-        log_event("weights_unused", logging.WARNING, path=folder,
-                  keys=some(sorted(info["unexpected_keys"])))
+        _warn_unused(folder, sorted(info["unexpected_keys"]))
+
+
+def _warn_unused(folder: Path, keys: Sequence[str]) -> None:
+    log_event("weights_unused", logging.WARNING, path=folder, keys=_some(keys))
 
 
 def _page_in(model: torch.nn.Module) -> None:
-    """Touch every weight once. transformers maps safetensors files lazily, so without this the
-    load would look small and the first requests would fault the weights in one page at a
-    time; with it, the measured size is the real one and unloading returns all of it."""
+    """Touch every page of every weight once. The weights are mapped from the safetensors file
+    lazily, so without this the load would look small and the first requests would fault them
+    in one page at a time; with it, the measured size is the real one and unloading returns all
+    of it. One byte per page (and the last one) does it, at half the time of reading them all."""
     with torch.inference_mode():
         for tensor in (*model.parameters(), *model.buffers()):
-            if tensor.device.type == "cpu" and tensor.numel():
+            if tensor.device.type != "cpu" or not tensor.numel():
+                continue
+            if tensor.is_contiguous():
+                raw = tensor.reshape(-1).view(torch.uint8)
+                raw[::mmap.PAGESIZE].sum()
+                raw[-1:].sum()
+            else:  # a view made at build (an expanded buffer), not a mapped weight
                 tensor.sum()
-
-
-def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
-    transformers = require("transformers")
-    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}

