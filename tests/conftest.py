@@ -28,3 +28,19 @@ def serve(tmp_path: Path) -> Iterator[DaemonFactory]:
     yield start
     for daemon in started:
         daemon.stop()
+
+
+def _private_cache() -> None:
+    """The daemons and backends the tests start keep their ONNX weights cache in a folder of
+    the test session's own (inherited by daemon subprocesses), never the user's ~/.cache."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="snooze-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+_private_cache()

@@ -109,6 +109,8 @@ class ServerConfig(_Section):
     # gRPC takes the limit as a C int: 2 GiB - 1 at most, and 0 would refuse every message.
     grpc_max_message_size: Size = Field(default=64 * 1024 * 1024, ge=1, le=2**31 - 1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Load-ready copies of ONNX weights (runtime/onnx_cache.py); None: the user's cache folder.
+    cache_dir: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
     memory: MemoryConfig = MemoryConfig()
     replicas: ReplicaDefaults = ReplicaDefaults()
     metrics: MetricsConfig = MetricsConfig()
@@ -140,6 +142,9 @@ class ModelConfig(_Section):
     intra_op_threads: StrictInt = Field(default=1, ge=0, le=1024)
     tensorrt: StrictBool = False
     memory_factor: StrictFloat | None = Field(default=None, gt=0)
+    # --- ONNX models on the CPU: how they load (docs/models.md) ---
+    weights_cache: StrictBool = True
+    prepack: Literal["auto", "on", "off"] = "auto"
     # --- torch (safetensors) models ---
     task: Literal["feature-extraction", "text-classification", "image-classification"] | None = (
         None
@@ -165,6 +170,14 @@ class Config(_Section):
     source: Path | None = None
 
 
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where `[server] cache_dir` points when unset: `$XDG_CACHE_HOME/snoozeml`, or
+    `~/.cache/snoozeml`."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "snoozeml"
+
+
 # --- environment overrides -------------------------------------------------------------
 
 _ENV_KEYS: dict[str, tuple[str, ...]] = {
@@ -177,6 +190,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_MAX_REQUEST_SIZE": ("max_request_size",),
     "SNOOZE_GRPC_MAX_MESSAGE_SIZE": ("grpc_max_message_size",),
     "SNOOZE_LOG_LEVEL": ("log_level",),
+    "SNOOZE_CACHE_DIR": ("cache_dir",),
     "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
     "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),
     "SNOOZE_MEMORY_WAIT": ("memory", "memory_wait"),
@@ -338,7 +352,11 @@ def parse_config(
             }),
         }))
     auth = resolve_paths(config.auth, base) if config.auth is not None else None
-    return config.model_copy(update={"models": models, "source": source, "auth": auth})
+    server = config.server
+    if server.cache_dir is not None and not server.cache_dir.is_absolute():
+        server = server.model_copy(update={"cache_dir": base / server.cache_dir})
+    return config.model_copy(update={"models": models, "source": source, "auth": auth,
+                                     "server": server})
 
 
 Problem = Callable[[tuple[str | int, ...], str], None]

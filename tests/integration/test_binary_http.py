@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from daemon import Daemon
 from oip_http import output
-from onnx_models import reference_session, write_mlp, write_multi_dtype_model
+from onnx_models import SERVED, reference_session, write_mlp, write_multi_dtype_model
 
 CONFIG = """
 [[models]]
@@ -240,7 +240,7 @@ def test_binary_data_false_on_one_output_keeps_it_json_under_binary_data_output(
     assert response.status_code == 200, response.text
     assert HEADER.lower() not in response.headers
     expected = reference_session(models / "mlp.onnx").run(None, {"x": x})[0]
-    np.testing.assert_allclose(output(response.json(), "y"), expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(output(response.json(), "y"), expected, **SERVED)
 
 
 def test_a_json_request_can_ask_for_binary_outputs(client: httpx.Client, models: Path) -> None:
@@ -255,7 +255,7 @@ def test_a_json_request_can_ask_for_binary_outputs(client: httpx.Client, models:
     assert doc["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [3, 64],
                                "parameters": {"binary_data_size": 3 * 64 * 4}}]
     expected = reference_session(models / "mlp.onnx").run(None, {"x": x})[0]
-    np.testing.assert_allclose(binary["y"], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(binary["y"], expected, **SERVED)
 
 
 def test_server_metadata_lists_the_binary_tensor_data_extension(client: httpx.Client) -> None:
@@ -357,7 +357,7 @@ def test_inconsistent_binary_sizes_get_a_400_that_says_what_is_wrong(
     answer = client.post("/v2/models/mlp/infer", content=good, headers=good_headers)
     assert answer.status_code == 200, answer.text
     expected = reference_session(models / "mlp.onnx").run(None, {"x": X})[0]
-    np.testing.assert_allclose(output(answer.json(), "y"), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(output(answer.json(), "y"), expected, **SERVED)
 
 
 def test_a_bytes_element_that_runs_past_its_tensor_gets_a_400_naming_it(

@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 from daemon import Daemon
 from onnx import TensorProto, helper, numpy_helper
-from onnx_models import reference_session, write_corrupt_model, write_mlp, write_multi_dtype_model
+from onnx_models import (
+    SERVED,
+    reference_session,
+    write_corrupt_model,
+    write_mlp,
+    write_multi_dtype_model,
+)
 from tritonclient.utils import deserialize_bytes_tensor
 
 from snoozeml.proto import inference_pb2 as pb
@@ -182,7 +188,7 @@ def good_request(stub: pb_grpc.GRPCInferenceServiceStub, models: Path) -> None:
     x = np.full((2, 64), 0.25, np.float32)
     response = stub.ModelInfer(mlp_raw(x), timeout=60)
     expected = reference_session(models / "mlp.onnx").run(None, {"x": x})[0]
-    np.testing.assert_allclose(outputs_of(response)["y"], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(outputs_of(response)["y"], expected, **SERVED)
 
 
 def rejection(stub: pb_grpc.GRPCInferenceServiceStub, request: Request) -> grpc.RpcError:
@@ -426,7 +432,7 @@ def test_typed_fp32_contents_of_the_mlp_answer_like_onnxruntime(
     )
 
     expected = reference_session(models / "mlp.onnx").run(None, {"x": x})[0]
-    np.testing.assert_allclose(outputs_of(response)["y"], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(outputs_of(response)["y"], expected, **SERVED)
     assert list(response.outputs[0].shape) == [3, 64]
     assert not response.outputs[0].HasField("contents")
 

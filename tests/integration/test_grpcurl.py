@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from daemon import Daemon
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from onnx_models import reference_session, write_corrupt_model, write_mlp
+from onnx_models import SERVED, reference_session, write_corrupt_model, write_mlp
 
 GRPCURL = Path(sys.executable).parent / "grpcurl"
 Status = health_pb2.HealthCheckResponse.ServingStatus
@@ -178,7 +178,7 @@ def test_grpcurl_model_infer_with_typed_json_contents_equals_onnxruntime(
     (raw,) = answer["raw_output_contents"]
     y = np.frombuffer(base64.b64decode(raw), dtype="<f4").reshape(1, 64)
     expected = reference_session(models / "mlp.onnx").run(None, {"x": x})[0]
-    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(y, expected, **SERVED)
 
 
 def test_grpcurl_server_metadata_and_an_unknown_model(daemon: Daemon) -> None:

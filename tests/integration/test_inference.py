@@ -15,6 +15,7 @@ import pytest
 from daemon import Daemon
 from oip_http import index_of, output, status_of
 from onnx_models import (
+    SERVED,
     reference_session,
     write_classifier,
     write_fixed_shape_model,
@@ -129,7 +130,7 @@ def test_cold_model_loads_on_its_first_request_and_answers_like_onnxruntime(
     assert out["datatype"] == "FP32"
     assert out["shape"] == [3, 64]
     (expected,) = reference_session(models / "mlp.onnx").run(None, {"x": x})
-    np.testing.assert_allclose(output(body, "y"), expected, rtol=1e-6)
+    np.testing.assert_allclose(output(body, "y"), expected, **SERVED)
     loaded = daemon.wait_for_log(r"model_loaded model=first_contact ", start=mark)
     assert re.search(r" ms=[\d.]+ bytes=\d+", loaded), loaded
     assert index_of(client)["first_contact"] == {
@@ -148,7 +149,7 @@ def test_loaded_model_answers_later_requests_without_loading_again(
         response = client.post("/v2/models/mlp/infer", json=mlp_body(x))
         assert response.status_code == 200, response.text
         np.testing.assert_allclose(output(response.json(), "y"),
-                                   session.run(None, {"x": x})[0], rtol=1e-6)
+                                   session.run(None, {"x": x})[0], **SERVED)
     assert status_of(client, "mlp")["loads"] == 1
     assert "model_loading model=mlp " not in "\n".join(daemon.lines[mark:])
 
@@ -188,8 +189,8 @@ def test_only_the_requested_outputs_are_returned(client: httpx.Client, models: P
     })
     assert only.status_code == 200, only.text
     assert [o["name"] for o in only.json()["outputs"]] == ["probabilities"]
-    np.testing.assert_allclose(output(only.json(), "probabilities"), probabilities, rtol=1e-6)
-    np.testing.assert_allclose(output(both, "logits"), logits, rtol=1e-6)
+    np.testing.assert_allclose(output(only.json(), "probabilities"), probabilities, **SERVED)
+    np.testing.assert_allclose(output(both, "logits"), logits, **SERVED)
 
 
 def test_every_datatype_of_a_model_round_trips_through_json_like_onnxruntime(
@@ -221,7 +222,7 @@ def test_every_datatype_of_a_model_round_trips_through_json_like_onnxruntime(
         assert got[name]["datatype"] == datatype
         assert got[name]["shape"] == list(expected[name].shape)
     np.testing.assert_allclose(output(got_body, "f32_out"),
-                               expected["f32_out"], rtol=1e-6)
+                               expected["f32_out"], **SERVED)
     np.testing.assert_array_equal(output(got_body, "i64_out"), expected["i64_out"])
     assert got["i64_out"]["data"] == [-(2**40) + 1, 1, 2**62 + 1]  # exact, not via float
     np.testing.assert_array_equal(output(got_body, "flag_out"), expected["flag_out"])
@@ -285,7 +286,7 @@ def test_a_device_whose_provider_is_missing_falls_back_to_cpu_with_a_warning(
     response = client.post("/v2/models/wants_cuda/infer", json=mlp_body(x))
     assert response.status_code == 200, response.text
     (expected,) = reference_session(models / "mlp.onnx").run(None, {"x": x})
-    np.testing.assert_allclose(output(response.json(), "y"), expected, rtol=1e-6)
+    np.testing.assert_allclose(output(response.json(), "y"), expected, **SERVED)
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         warning = daemon.wait_for_log(r"provider_unavailable ", start=mark)
         assert "CUDAExecutionProvider" in warning

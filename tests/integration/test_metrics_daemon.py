@@ -114,7 +114,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def daemon(folder: Path, big_model: Path) -> Iterator[Daemon]:
-    # A 120 MiB model loads with a 252 MiB peak and then holds about 132 MiB: with 350 MiB,
+    # A 120 MiB model loads (the default way, without the weights cache) with a 252 MiB peak
+    # and then holds about 132 MiB: with 350 MiB,
     # big_b's load evicts big_a. mlp and slow are pinned, so big_a is the only victim.
     config = textwrap.dedent(f"""
         [server]
@@ -138,10 +139,12 @@ def daemon(folder: Path, big_model: Path) -> Iterator[Daemon]:
         [[models]]
         name = "big_a"
         path = "{big_model}"
+        weights_cache = false
 
         [[models]]
         name = "big_b"
         path = "{big_model}"
+        weights_cache = false
 
         [[models]]
         name = "slow"

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from daemon import Daemon
-from onnx_models import reference_session, write_mlp, write_multi_dtype_model
+from onnx_models import SERVED, reference_session, write_mlp, write_multi_dtype_model
 from tritonclient.utils import InferenceServerException
 
 CONFIG = """
@@ -273,7 +273,7 @@ def test_both_clients_get_the_mlp_rows_onnxruntime_computes(
     result = client.infer("mlp", [tensor])
 
     expected = reference_session(models / "mlp.onnx").run(None, {"x": x})[0]
-    np.testing.assert_allclose(result.as_numpy("y"), expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(result.as_numpy("y"), expected, **SERVED)
 
 
 # --- the repository extension ------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from oip_http import index_of, loop_request, output, status_of
-from onnx_models import LoopModel, reference_session, write_mlp
+from onnx_models import SERVED, LoopModel, reference_session, write_mlp
 
 
 def big_body(x: np.ndarray) -> dict[str, Any]:
@@ -57,7 +57,7 @@ path = "{big_model}"
     for x, response in zip(inputs, responses, strict=True):
         assert response.status_code == 200, response.text
         np.testing.assert_allclose(output(response.json(), "y"),
-                                   big_session.run(None, {"x": x})[0], rtol=1e-6)
+                                   big_session.run(None, {"x": x})[0], **SERVED)
     client = client_for(daemon)
     status = status_of(client, "big")
     assert status["loads"] == 1
@@ -105,7 +105,7 @@ idle_timeout = "never"
     assert loaded["state"] == "READY", loaded
     assert loaded["expires_at"] is not None
     np.testing.assert_allclose(output(response.json(), "y"),
-                               big_session.run(None, {"x": x})[0], rtol=1e-6)
+                               big_session.run(None, {"x": x})[0], **SERVED)
     line = daemon.wait_for_log(r"model_loaded model=big ", start=mark)
     match = re.search(r" bytes=(\d+)", line)
     assert match, line
@@ -141,7 +141,7 @@ idle_timeout = "never"
     response = client.post("/v2/models/big/infer", json=big_body(x))
     assert response.status_code == 200, response.text
     np.testing.assert_allclose(output(response.json(), "y"),
-                               big_session.run(None, {"x": x})[0], rtol=1e-6)
+                               big_session.run(None, {"x": x})[0], **SERVED)
     daemon.wait_for_log(r"model_loaded model=big ", start=again)
     assert index_of(client)["big"]["state"] == "READY"
     assert status_of(client, "big")["loads"] == 2

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import numpy as np
 from oip_http import loop_request, output, wait_for_status
-from onnx_models import LoopModel, reference_session
+from onnx_models import SERVED, LoopModel, reference_session
 
 
 def test_sigterm_with_twenty_requests_in_flight_answers_all_of_them_then_exits_0(
@@ -53,7 +53,7 @@ path = "{loop_model.path}"
     (expected,) = reference_session(loop_model.path).run(
         None, {"x": np.ones((2, 4), np.float32), "trips": np.array(short_trips, np.int64)})
     for response in responses[1:]:
-        np.testing.assert_allclose(output(response.json(), "y"), expected, rtol=1e-6)
+        np.testing.assert_allclose(output(response.json(), "y"), expected, **SERVED)
     assert exit_code == 0
     log = "\n".join(daemon.lines[mark:])
     assert "model_unloaded model=slow reason=shutdown" in log

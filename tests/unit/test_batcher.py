@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+import pytest
 from onnx_models import write_mlp, write_run_failure_model
 
 from snoozeml.config import ModelConfig
 from snoozeml.engine.batcher import Batcher, BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy
 from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
-from snoozeml.errors import BackendError
+from snoozeml.errors import BackendError, InvalidInput
 from snoozeml.errors import QueueFull as QueueFullError
 from snoozeml.runtime.base import Instance
 from snoozeml.runtime.onnx import OnnxBackend
@@ -39,12 +40,14 @@ class Owner:
     def __init__(self) -> None:
         self.unsplittable: list[str] = []
         self.oom: list[BaseException] = []
+        self.ran: list[tuple[int, int]] = []  # (replica, rows) of good runs of rows > 1
 
     def hooks(self) -> BatcherHooks:
         async def relieve(exc: BaseException) -> None:
             self.oom.append(exc)
 
-        return BatcherHooks(lambda exc: False, relieve, self.unsplittable.append, RunTimes())
+        return BatcherHooks(lambda exc: False, relieve, self.unsplittable.append, RunTimes(),
+                            lambda replica, rows: self.ran.append((replica, rows)))
 
 
 @contextmanager
@@ -116,6 +119,21 @@ def test_each_batch_run_is_published_with_its_rows_and_each_requests_queue_wait(
     assert (run.model, run.replica, run.inline, run.ok) == ("m", 0, False, True)
     assert all(wait >= 0 for wait in run.queue_seconds)
     assert run.run_seconds > 0
+
+
+def test_the_owner_hears_of_each_good_run_of_more_than_one_row(tmp_path: Path) -> None:
+    instance = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+    owner = Owner()
+
+    async def body(batcher: Batcher, bus: EventBus) -> None:
+        await batcher.submit({"x": np.ones((1, 4), np.float32)}, None)  # one row: not told
+        await asyncio.gather(*(batcher.submit({"x": np.ones((n, 4), np.float32)}, None)
+                               for n in (2, 3)))
+        await batcher.submit({"x": np.ones((5, 3), np.float32)}, None)  # fails: not told
+
+    with pytest.raises(InvalidInput):
+        with_batcher(instance, BatchPolicy(max_batch_size=32, max_delay=0.05), body, owner)
+    assert owner.ran == [(0, 5)]
 
 
 def test_a_full_queue_is_refused_and_published(tmp_path: Path) -> None:

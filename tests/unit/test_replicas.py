@@ -246,7 +246,9 @@ def test_a_replica_memory_does_not_admit_is_refused_at_once_and_the_model_keeps_
     predicted = int((tmp_path / "mlp.onnx").stat().st_size * 1.1)
     budget = int(predicted * 2.6)  # one replica and its load's peak; not two replicas' worth
     state, ready, shape, message, failures, kinds = with_service(
-        tmp_path, {"name": "mlp", "path": "mlp.onnx", "replicas": {"max": 2}}, scenario,
+        tmp_path, {"name": "mlp", "path": "mlp.onnx", "replicas": {"max": 2},
+                   "weights_cache": False},  # the default load: its peak is the file twice
+        scenario,
         server={"memory": {"host_budget": budget}}, probe=probe)
     assert (state, ready, shape) == (State.READY, 1, (1, 64))
     assert "not enough memory on cpu for model 'mlp'" in message
@@ -278,8 +280,10 @@ def test_an_added_replica_evicts_only_models_colder_than_the_spike(tmp_path: Pat
     states, ready, unloaded = with_service(
         # intra_op_threads set: no cap of one CPU replica per core (this machine may have 2).
         tmp_path, [{"name": n, "path": f"{n}.onnx", "intra_op_threads": 1,
-                    "replicas": {"max": 3}} for n in ("hot", "cold", "warm")], scenario,
-        # Three replicas and one load's peak fit; a fourth replica does not.
+                    "replicas": {"max": 3}, "weights_cache": False}
+                   for n in ("hot", "cold", "warm")], scenario,
+        # Three replicas and one load's peak (the default load's: the file twice) fit; a
+        # fourth replica does not.
         server={"memory": {"host_budget": int(predicted * 4.6), "min_residency": "0s"}},
         probe=probe, clock=clock)
     assert states == {"hot": State.READY, "cold": State.UNLOADED, "warm": State.READY}

@@ -73,6 +73,7 @@ class BatcherHooks:
     relieve_oom: OomRelief  # evict idle models after an out-of-memory error
     unsplittable: Callable[[str], None]  # outputs do not follow the batch: stop batching
     run_times: RunTimes  # the model's, shared by its batchers
+    batch_ran: Callable[[int, int], None]  # (replica, rows) after a good run of rows > 1
 
 
 class Batcher:
@@ -242,6 +243,8 @@ class Batcher:
         for pending, part in zip(batch, parts, strict=True):
             if not pending.future.done():
                 pending.future.set_result(part)
+        if rows > 1:
+            self._hooks.batch_ran(self.replica, rows)
 
     async def _run(
         self, requests: list[Arrays], rows: int, outputs: Sequence[str] | None

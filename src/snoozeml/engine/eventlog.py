@@ -23,8 +23,10 @@ from snoozeml.engine.events import (
     ReplicaDraining,
     ReplicaFailed,
     ReplicaRemoved,
+    ReplicaUpgraded,
     RequestFinished,
     Unloaded,
+    UpgradeDeferred,
 )
 from snoozeml.logs import log_event
 
@@ -40,7 +42,19 @@ def _load_started(event: LoadStarted) -> None:
 
 def _loaded(event: LoadFinished) -> None:
     log_event("model_loaded", model=event.model, ms=round(event.seconds * 1000.0, 1),
-              bytes=event.bytes, device=event.device)
+              bytes=event.bytes, device=event.device, reserved_bytes=event.reserved_bytes,
+              peak_bytes=event.peak_bytes)
+
+
+def _upgraded(event: ReplicaUpgraded) -> None:
+    log_event("replica_upgraded", model=event.model, replica=event.replica,
+              ms=round(event.seconds * 1000.0, 1), bytes=event.bytes, device=event.device)
+
+
+def _upgrade_deferred(event: UpgradeDeferred) -> None:
+    log_event("upgrade_deferred", logging.INFO if event.retry else logging.WARNING,
+              model=event.model, replica=event.replica, reason=event.reason,
+              retry=event.retry)
 
 
 def _load_failed(event: LoadFailed) -> None:
@@ -123,6 +137,8 @@ _LINES: dict[type[EngineEvent], Callable[[Any], None]] = {  # one line per kind
     LoadStarted: _load_started,
     LoadFinished: _loaded,
     LoadFailed: _load_failed,
+    ReplicaUpgraded: _upgraded,
+    UpgradeDeferred: _upgrade_deferred,
     LoadDeferred: _deferred,
     Unloaded: _unloaded,
     Evicting: _evicting,

@@ -63,6 +63,8 @@ class LoadFinished(EngineEvent):
     device: str
     seconds: float  # from admission to a running replica; waiting for memory is not loading
     bytes: int  # measured on the device
+    reserved_bytes: int = 0  # what admission held for the load (its expected peak)
+    peak_bytes: int | None = None  # the host's real peak above the load's start, when known
 
 
 @dataclass(slots=True)
@@ -144,6 +146,29 @@ class ReplicaRemoved(EngineEvent):
 
 
 # --- memory -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplicaUpgraded(EngineEvent):
+    """A replica swapped in the faster form of its model (onnx: pre-packed weights) that its
+    load left for later; requests kept running meanwhile."""
+
+    model: str
+    replica: int
+    device: str
+    seconds: float
+    bytes: int  # the replica's measured size now
+
+
+@dataclass(slots=True)
+class UpgradeDeferred(EngineEvent):
+    """The upgrade did not happen now (memory did not admit it, or it failed); the replica
+    keeps serving as it was."""
+
+    model: str
+    replica: int
+    reason: str
+    retry: bool  # whether a later batch may try again
 
 
 @dataclass(slots=True)

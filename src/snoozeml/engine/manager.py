@@ -7,8 +7,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
-from snoozeml.config import Config, ModelConfig
+from snoozeml.config import Config, ModelConfig, default_cache_dir
 from snoozeml.engine.autoscaler import Autoscaler
 from snoozeml.engine.clock import Clock, LoopClock
 from snoozeml.engine.events import EventBus
@@ -27,7 +28,7 @@ class ModelManager:
         self,
         config: Config,
         events: EventBus | None = None,
-        backend_factory: Callable[[ModelConfig], Backend] = backend_for,
+        backend_factory: Callable[[ModelConfig], Backend] | None = None,
         clock: Clock | None = None,
         probe: MemoryProbe | None = None,
     ) -> None:
@@ -36,6 +37,9 @@ class ModelManager:
         self.clock = clock or LoopClock()
         # Loads and unloads run here, off the event loop; inference has its own threads.
         self.loader = ThreadPoolExecutor(4, thread_name_prefix="snooze-load")
+        if backend_factory is None:
+            cache_dir = config.server.cache_dir or default_cache_dir()
+            backend_factory = partial(backend_for, cache_dir=cache_dir)
         probe = probe or SystemProbe()
         self.memory = MemoryManager(config.server, probe, lambda: self.models.values(),
                                     self.events, self.clock.now)

@@ -156,14 +156,15 @@ class MemoryManager:
     @asynccontextmanager
     async def admission(
         self, name: str, device: str, resident: int, transient: int, *, wait: bool = True,
-        colder_than: float | None = None,
+        colder_than: float | None = None, evict: bool = True,
     ) -> AsyncIterator[None]:
         """Hold room for a load of model `name` (peak = resident + transient) while it runs.
 
         Evicts least-recently-used idle models as needed and, with `wait`, waits up to
         `memory_wait` for busy ones; raises ModelTooLarge or MemoryExhausted when the load
         cannot fit. `colder_than` (monotonic seconds) spares every model used since then: a
-        replica added for a spike evicts only models colder than the spike.
+        replica added for a spike evicts only models colder than the spike. Without `evict`,
+        it takes only free room (an optional upgrade must not cost another model its place).
         """
         device = self.device_key(device)
         budget = self.budgets[device]
@@ -177,7 +178,12 @@ class MemoryManager:
             )
         lock = self._locks.setdefault(device, asyncio.Lock())
         async with lock:
-            await self._make_room(name, device, budget, peak, wait, colder_than)
+            if evict:
+                await self._make_room(name, device, budget, peak, wait, colder_than)
+            elif (used := self.used(device)) + peak > budget:
+                raise MemoryExhausted(
+                    f"{format_bytes(peak)} for model {name!r} does not fit in the free room "
+                    f"on {device} ({format_bytes(budget - used)})", retry_after=5.0)
             self._reserved[device] = (name, peak)
             try:
                 yield

@@ -27,6 +27,29 @@ def process_rss() -> int:
         return int(psutil.Process().memory_info().rss)
 
 
+def reset_peak_rss() -> int | None:
+    """Start measuring the process's peak RSS from now (Linux: /proc/self/clear_refs resets
+    VmHWM); returns the RSS now, or None where the peak cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return None
+    return process_rss()
+
+
+def peak_rss() -> int | None:
+    """The process's peak RSS since the last reset (VmHWM), or None where unknown."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def host_total() -> int:
     return int(psutil.virtual_memory().total)
 

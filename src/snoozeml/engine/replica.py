@@ -12,6 +12,7 @@ from enum import Enum
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.batcher import Batcher
+from snoozeml.engine.probes import peak_rss, reset_peak_rss
 from snoozeml.errors import describe_exception
 from snoozeml.heap import release_memory_blocking
 from snoozeml.logs import log_event
@@ -51,12 +52,15 @@ class Replica:
         return max(self.in_flight, self.batcher.queued)
 
 
-def load_instance_blocking(backend: Backend, spec: ModelConfig) -> Instance:
+def load_instance_blocking(backend: Backend, spec: ModelConfig) -> tuple[Instance, int | None]:
     """Build the instance, then hand the load's transient memory back to the OS so the
-    measurement that follows sees only what stays resident."""
+    measurement that follows sees only what stays resident. Also returns the host's peak
+    memory during the load above where it started, when the OS tells (Linux)."""
+    start = reset_peak_rss()
     instance = backend.load_blocking(spec)
+    peak = peak_rss()
     release_memory_blocking()
-    return instance
+    return instance, (max(peak - start, 0) if start is not None and peak is not None else None)
 
 
 def close_replica_blocking(replica: Replica) -> None:

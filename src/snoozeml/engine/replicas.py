@@ -37,6 +37,7 @@ from snoozeml.engine.replica import (
     close_replica_blocking,
     load_instance_blocking,
 )
+from snoozeml.engine.upgrades import Upgrades
 from snoozeml.errors import describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, FileSizes, Instance
@@ -103,6 +104,9 @@ class ReplicaSet:
         self._events = events
         self._clock = clock
         self._run_times = RunTimes()  # the model's, shared by its replicas' batchers
+        self.upgrades = Upgrades(spec.name, loader, memory, events, clock)
+        # Per load path: the bytes the last load on it held at its peak beyond its size.
+        self._held_beyond: dict[str, int] = {}
 
     # --- routing -------------------------------------------------------------------------------
 
@@ -176,23 +180,33 @@ class ReplicaSet:
         spec = self.spec.model_copy(update={"device": placement.device})
         await loop.run_in_executor(self._loader, self._backend.prepare_blocking, spec)
         resident = self.measured_bytes or self.predicted_bytes or 0
+        # The path this load takes decides its peak (runtime/onnx.py: a mapped load holds
+        # only the graph beside the weights): the backend's prediction for it, or what the
+        # last load on that path really held beyond its size, whichever is more.
+        plan = await loop.run_in_executor(
+            self._loader, self._backend.load_plan_blocking, spec, self._sizes
+        )
+        transient = max(plan.transient, self._held_beyond.get(plan.path, 0))
         index = self._next_index
         self._next_index += 1
         try:
             async with self._memory.admission(self.name, placement.memory, resident,
-                                              self._sizes.transient, wait=wait,
+                                              transient, wait=wait,
                                               colder_than=colder_than):
                 # Timed from here: waiting for the device is not loading.
                 self.loading[index] = placement.memory
                 started = self._clock.now()
                 self._events.publish(LoadStarted(self.name, index, placement.memory,
                                                  str(self.spec.path)))
-                instance, measured = await self._load_instance(spec, placement.memory)
+                instance, measured, peak = await self._load_instance(spec, placement.memory)
+                if peak is not None:
+                    self._held_beyond[plan.path] = max(peak - measured, 0)
                 replica = self._start(index, placement.memory, instance, measured)
         finally:
             self.loading.pop(index, None)
         self._events.publish(LoadFinished(self.name, index, placement.memory,
-                                          self._clock.now() - started, measured))
+                                          self._clock.now() - started, measured,
+                                          resident + transient, peak))
         return replica
 
     @property
@@ -221,14 +235,16 @@ class ReplicaSet:
 
         return min(enumerate(placements), key=room)[1]
 
-    async def _load_instance(self, spec: ModelConfig, device: str) -> tuple[Instance, int]:
-        """The instance and the memory it added on its device (admission holds the device
-        against other loads meanwhile)."""
+    async def _load_instance(
+        self, spec: ModelConfig, device: str
+    ) -> tuple[Instance, int, int | None]:
+        """The instance, the memory it added on its device (admission holds the device
+        against other loads meanwhile) and the host's peak during the load, when known."""
         loop = asyncio.get_running_loop()
         probe = self._memory.probe
         before = probe.used(device)
         try:
-            instance = await loop.run_in_executor(
+            instance, peak = await loop.run_in_executor(
                 self._loader, load_instance_blocking, self._backend, spec
             )
         except Exception as exc:
@@ -236,17 +252,17 @@ class ReplicaSet:
                 raise
             await self._memory.relieve_oom(self.name, device, "load", describe_exception(exc))
             before = probe.used(device)  # after the evictions, not before them
-            instance = await loop.run_in_executor(
+            instance, peak = await loop.run_in_executor(
                 self._loader, load_instance_blocking, self._backend, spec
             )
-        return instance, max(probe.used(device) - before, 0)
+        return instance, max(probe.used(device) - before, 0), peak
 
     def _start(self, index: int, device: str, instance: Instance, measured: int) -> Replica:
         policy = self._policy_for(instance.metadata)
         worker = ThreadPoolExecutor(1, thread_name_prefix=f"snooze-run-{self.name}")
         hooks = BatcherHooks(self._backend.is_out_of_memory,
                              partial(self._relieve_oom_after_run, device),
-                             self.disable_batching, self._run_times)
+                             self.disable_batching, self._run_times, self._batch_ran)
         batcher = Batcher(self.name, index, instance, worker, policy, self._events, hooks,
                           self._clock.now)
         batcher.start()
@@ -283,6 +299,12 @@ class ReplicaSet:
             replica.batcher.policy = self.policy
         self._events.publish(BatchingDisabled(self.name, reason))
 
+    def _batch_ran(self, index: int, rows: int) -> None:
+        for replica in self.ready:
+            if replica.index == index:
+                self.upgrades.batch_ran(replica, rows)
+                return
+
     async def _relieve_oom_after_run(self, device: str, exc: BaseException) -> None:
         await self._memory.relieve_oom(self.name, device, "run", describe_exception(exc))
 
@@ -317,6 +339,7 @@ class ReplicaSet:
     async def _close(self, replicas: list[Replica], device: str) -> int:
         loop = asyncio.get_running_loop()
         probe = self._memory.probe
+        await self.upgrades.cancel(replicas)
         # One measured unload per device at a time, so each frees only its own bytes.
         async with self._memory.measuring(device):
             try:

@@ -31,6 +31,15 @@ class FileSizes:
     transient: int  # extra bytes held only while loading (onnx: the .onnx protobuf itself)
 
 
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """How the next load of a model will go: which path (a backend's own name for it, e.g.
+    onnx "mapped", "build" or "default") and what it holds beyond the model's size meanwhile."""
+
+    path: str
+    transient: int
+
+
 class Unsplittable(Exception):
     """A batched run's outputs do not follow the batch's rows (axis 0 is not a batch there):
     the engine runs the requests alone instead, and stops batching the model."""
@@ -60,8 +69,19 @@ class Instance(Protocol):
         Unsplittable when the outputs cannot be split back by rows."""
         ...
 
+    def upgrade_bytes(self, rows: int) -> int:
+        """Bytes a faster form of this instance would add while it is built (onnx: a
+        pre-packed session), when a batch of `rows` made one worth building; 0 for none."""
+        ...
+
+    def upgrade_blocking(self) -> bool:
+        """Build the faster form and swap it in between two runs (requests keep running on
+        the current form meanwhile); False when there was nothing to do."""
+        ...
+
     def close(self) -> None:
-        """Release the model's memory (called once, after the last run)."""
+        """Release the model's memory (called once, after the last run; waits for an
+        upgrade under way)."""
         ...
 
 
@@ -81,6 +101,11 @@ class Backend(Protocol):
     def prepare_blocking(self, spec: ModelConfig) -> None:
         """Import what the model's code needs before its load is measured: memory that stays
         for the life of the process is not the model's."""
+        ...
+
+    def load_plan_blocking(self, spec: ModelConfig, sizes: FileSizes) -> LoadPlan:
+        """The path the next load will take and its transient bytes, predicted from files
+        (cheap: called before every load, for its admission)."""
         ...
 
     def load_blocking(self, spec: ModelConfig) -> Instance: ...

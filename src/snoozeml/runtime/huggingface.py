@@ -260,6 +260,12 @@ class HuggingFaceInstance:
             "embedding": pooled.float().cpu().numpy(),
         }
 
+    def upgrade_bytes(self, rows: int) -> int:
+        return 0  # loaded in its final form: nothing left for later
+
+    def upgrade_blocking(self) -> bool:
+        return False
+
     def close(self) -> None:
         drop_attribute_blocking(self, "model")
         if self.device.type == "cuda":

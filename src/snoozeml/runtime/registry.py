@@ -3,18 +3,21 @@ a daemon serving ONNX alone never imports torch."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from snoozeml.config import ModelConfig
 from snoozeml.runtime.base import Backend
 from snoozeml.runtime.unavailable import UnavailableBackend
 
 
-def backend_for(spec: ModelConfig) -> Backend:
+def backend_for(spec: ModelConfig, cache_dir: Path | None = None) -> Backend:
     """The backend that serves `spec.format`, or one whose loads fail saying why not (an
-    unknown format, or torch models without the torch extra installed)."""
+    unknown format, or torch models without the torch extra installed). `cache_dir` holds
+    the ONNX weights cache (None: none)."""
     if spec.format == "onnx":
         from snoozeml.runtime.onnx import OnnxBackend
 
-        return OnnxBackend()
+        return OnnxBackend(cache_dir / "onnx" if cache_dir is not None else None)
     if spec.format == "torch":
         try:
             from snoozeml.runtime.torch import TorchBackend

@@ -97,6 +97,12 @@ class StateDictInstance:
         """Rows stacked along axis 0 and run once; see runtime/stacking.py."""
         return run_stacked_blocking(self.run_blocking, requests, outputs)
 
+    def upgrade_bytes(self, rows: int) -> int:
+        return 0  # loaded in its final form: nothing left for later
+
+    def upgrade_blocking(self) -> bool:
+        return False
+
     def close(self) -> None:
         drop_attribute_blocking(self, "model")
         if self.device.type == "cuda":

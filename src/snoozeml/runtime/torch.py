@@ -20,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from snoozeml.config import ModelConfig
-from snoozeml.runtime.base import FileSizes, looks_out_of_memory, requested_gpu
+from snoozeml.runtime.base import FileSizes, LoadPlan, looks_out_of_memory, requested_gpu
 from snoozeml.runtime.files import torch_file_sizes_blocking
 from snoozeml.runtime.huggingface import HuggingFaceInstance, model_class
 from snoozeml.runtime.state_dict import StateDictInstance, import_factory
@@ -36,6 +36,9 @@ with contextlib.suppress(ImportError):
 
 
 class TorchBackend:
+    def load_plan_blocking(self, spec: ModelConfig, sizes: FileSizes) -> LoadPlan:
+        return LoadPlan("default", sizes.transient)  # weights mapped, assigned in place
+
     def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
         return torch_file_sizes_blocking(spec.path)
 

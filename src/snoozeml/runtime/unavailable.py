@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from snoozeml.config import ModelConfig
-from snoozeml.runtime.base import FileSizes, Instance
+from snoozeml.runtime.base import FileSizes, Instance, LoadPlan
 from snoozeml.runtime.files import (
     bytes_on_disk,
     onnx_file_sizes_blocking,
@@ -38,6 +38,9 @@ class UnavailableBackend:
 
     def prepare_blocking(self, spec: ModelConfig) -> None:
         pass
+
+    def load_plan_blocking(self, spec: ModelConfig, sizes: FileSizes) -> LoadPlan:
+        return LoadPlan("default", sizes.transient)
 
     def load_blocking(self, spec: ModelConfig) -> Instance:
         raise RuntimeError(self.reason)
