@@ -47,8 +47,10 @@ host_budget = "300MiB"
 min_residency = "0s"
 """ + "".join(f'\n[[models]]\nname = "{n}"\npath = "{p}"\n' for n, p in paths.items()))
     client = client_for(daemon)
-    for name in paths:  # first loads build the entries (each peaks at twice its file)
+    for name in paths:  # first loads: the default way, each writing its entry afterwards
+        mark = daemon.mark()
         assert infer(client, name, BIG_INPUT).status_code == 200
+        daemon.wait_for_log(rf"onnx_cache_built model={name} ", start=mark)
     for name in paths:
         client.post(f"/v2/repository/models/{name}/unload").raise_for_status()
     baseline = daemon.rss()
@@ -88,13 +90,15 @@ weights_cache = {weights_cache}
 """)
     client = client_for(daemon)
     peaks, reserved = [], []
-    for _ in range(3):  # with the cache: the build, then two mapped loads
+    for attempt in range(3):  # with the cache: a default load, then two mapped loads
         mark = daemon.mark()
         assert infer(client, "big", BIG_INPUT).status_code == 200
         found = LOADED.search(daemon.wait_for_log(r"model_loaded model=big ", start=mark))
         assert found is not None
         reserved.append(int(found.group(3)))
         peaks.append(int(found.group(4)))
+        if attempt == 0 and weights_cache == "true":
+            daemon.wait_for_log(r"onnx_cache_built model=big ", start=mark)
         client.post("/v2/repository/models/big/unload").raise_for_status()
     # A load on the path the previous one took reserves at least the peak that one had.
     assert reserved[2] >= peaks[1], (reserved, peaks)
@@ -117,7 +121,11 @@ max_batch_size = 32
     reference = reference_session(path)
     one = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
     eight = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
-    assert infer(client, "mlp", one).status_code == 200  # loaded, still unpacked
+    mark = daemon.mark()
+    assert infer(client, "mlp", one).status_code == 200  # the default load, pre-packed
+    daemon.wait_for_log(r"onnx_cache_built model=mlp ", start=mark)
+    client.post("/v2/repository/models/mlp/unload").raise_for_status()
+    assert infer(client, "mlp", one).status_code == 200  # mapped: unpacked until a batch
     mark = daemon.mark()
     answers: list[tuple[np.ndarray, np.ndarray, int, str]] = []
     upgraded = threading.Event()

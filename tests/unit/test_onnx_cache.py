@@ -82,8 +82,12 @@ def closing() -> Iterator[list[OnnxInstance]]:
 
 
 def load(backend: OnnxBackend, model: ModelConfig, closing: list[OnnxInstance]) -> OnnxInstance:
+    """A load as the engine does one: its plan, the load, then the work it left for later."""
+    plan = backend.load_plan_blocking(model, backend.file_sizes_blocking(model))
     instance = backend.load_blocking(model)
     closing.append(instance)
+    if plan.background:
+        backend.background_blocking(model)
     return instance
 
 
@@ -98,7 +102,7 @@ def test_a_model_served_from_its_cache_answers_bit_for_bit_as_without_it(
     path = write_matmul(tmp_path / "m.onnx", external=external)
     x = rows(16)
     plain = load(OnnxBackend(None), spec(path, prepack), closing)
-    first = load(OnnxBackend(cache), spec(path, prepack), closing)  # builds the entry
+    first = load(OnnxBackend(cache), spec(path, prepack), closing)  # then writes the entry
     again = load(OnnxBackend(cache), spec(path, prepack), closing)  # maps it
     assert len(list(iter_entries(cache))) == 1
     expected = run(plain, x)
@@ -117,6 +121,7 @@ def test_prepack_off_answers_as_onnxruntime_does_unpacked(
     options.add_session_config_entry("session.disable_prepacking", "1")
     unpacked = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     x = rows(8)
+    build_blocking(cache, path)
     off = load(OnnxBackend(cache), spec(path, "off"), closing)
     assert np.array_equal(run(off, x), unpacked.run(["y"], {"x": x})[0])
     assert off.upgrade_bytes(64) == 0
@@ -128,6 +133,7 @@ def test_auto_upgrades_to_the_prepacked_answers_once_a_batch_has_rows(
     path = write_matmul(tmp_path / "m.onnx")
     x = rows(16)
     packed = run(load(OnnxBackend(None), spec(path), closing), x)
+    build_blocking(cache, path)
     auto = load(OnnxBackend(cache), spec(path, "auto"), closing)
     assert auto.upgrade_bytes(1) == 0  # one row: as fast unpacked
     # w and v are copied by pre-packing; b is not (and stays mapped).
@@ -150,6 +156,7 @@ def test_the_swap_loses_no_run_under_concurrent_traffic(
     tmp_path: Path, cache: Path, closing: list[OnnxInstance]
 ) -> None:
     path = write_mlp(tmp_path / "mlp.onnx", dims=(64, 512, 512, 64))
+    build_blocking(cache, path)
     auto = load(OnnxBackend(cache), spec(path, "auto"), closing)
     reference = load(OnnxBackend(None), spec(path, "off"), closing)
     packed = load(OnnxBackend(None), spec(path, "on"), closing)
@@ -190,6 +197,7 @@ def test_close_waits_for_an_upgrade_and_an_upgrade_after_close_does_nothing(
     tmp_path: Path, cache: Path
 ) -> None:
     path = write_matmul(tmp_path / "m.onnx")
+    build_blocking(cache, path)
     auto = OnnxBackend(cache).load_blocking(spec(path, "auto"))
     closer = threading.Thread(target=auto.close)
     upgrader = threading.Thread(target=auto.upgrade_blocking)
@@ -286,17 +294,21 @@ def test_a_corrupt_or_half_written_entry_is_detected_and_rebuilt(
     find_blocking(cache, path)  # rebuilt and valid
 
 
-def test_an_entry_that_cannot_be_written_falls_back_to_the_default_load(
+def test_an_entry_that_cannot_be_written_leaves_the_default_load_and_is_not_retried(
     tmp_path: Path, closing: list[OnnxInstance], caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write_matmul(tmp_path / "m.onnx")
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
+    backend = OnnxBackend(blocker)
     x = rows(4)
-    served = load(OnnxBackend(blocker), spec(path, "on"), closing)
+    served = load(backend, spec(path, "on"), closing)
     assert np.array_equal(run(served, x),
                           run(load(OnnxBackend(None), spec(path, "on"), closing), x))
     assert "onnx_cache_unusable" in caplog.text
+    sizes = backend.file_sizes_blocking(spec(path))
+    # The same file would fail the same way: its next loads do not try again.
+    assert backend.load_plan_blocking(spec(path), sizes) == LoadPlan("default", sizes.transient)
 
 
 def _build_in_child(cache: str, model: str, barrier: multiprocessing.synchronize.Barrier,
@@ -350,14 +362,18 @@ def test_the_load_plan_follows_the_path_the_next_load_takes(tmp_path: Path,
     path = write_matmul(tmp_path / "m.onnx")
     backend = OnnxBackend(cache)
     sizes = backend.file_sizes_blocking(spec(path))
-    assert backend.load_plan_blocking(spec(path), sizes) == LoadPlan("build", sizes.weights)
-    backend.load_blocking(spec(path)).close()
+    default = LoadPlan("default", sizes.transient)
+    # No entry yet: the default load, with the entry written afterwards.
+    assert backend.load_plan_blocking(spec(path), sizes) == \
+        LoadPlan("default", sizes.transient, background=True)
+    backend.background_blocking(spec(path))
     graph = 2 * (cache / entry_key(path) / "graph.onnx").stat().st_size + SESSION_BYTES
-    assert backend.load_plan_blocking(spec(path, "auto"), sizes) == LoadPlan("mapped", graph)
+    weights = (cache / entry_key(path) / "weights.bin").stat().st_size
+    assert backend.load_plan_blocking(spec(path, "auto"), sizes) == \
+        LoadPlan("mapped", graph, least=weights)
     packed = (256 * 512 + 512 * 64) * 4
     assert backend.load_plan_blocking(spec(path, "on"), sizes) == \
-        LoadPlan("mapped", graph + packed)
-    default = LoadPlan("default", sizes.transient)
+        LoadPlan("mapped", graph + packed, least=weights)
     assert backend.load_plan_blocking(spec(path, weights_cache=False), sizes) == default
     assert OnnxBackend(None).load_plan_blocking(spec(path), sizes) == default
 

@@ -105,4 +105,6 @@ class ModelManager:
             if isinstance(result, BaseException):
                 log_event("unload_failed", logging.ERROR, model=model.name,
                           error=describe_exception(result))
+        await asyncio.gather(*(model.replicas.finish_background()
+                               for model in self.models.values()))
         self.loader.shutdown(wait=True)

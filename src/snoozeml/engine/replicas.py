@@ -107,6 +107,7 @@ class ReplicaSet:
         self.upgrades = Upgrades(spec.name, loader, memory, events, clock)
         # Per load path: the bytes the last load on it held at its peak beyond its size.
         self._held_beyond: dict[str, int] = {}
+        self._background: asyncio.Task[None] | None = None
 
     # --- routing -------------------------------------------------------------------------------
 
@@ -179,13 +180,13 @@ class ReplicaSet:
         placement = self._place()
         spec = self.spec.model_copy(update={"device": placement.device})
         await loop.run_in_executor(self._loader, self._backend.prepare_blocking, spec)
-        resident = self.measured_bytes or self.predicted_bytes or 0
         # The path this load takes decides its peak (runtime/onnx.py: a mapped load holds
         # only the graph beside the weights): the backend's prediction for it, or what the
         # last load on that path really held beyond its size, whichever is more.
         plan = await loop.run_in_executor(
             self._loader, self._backend.load_plan_blocking, spec, self._sizes
         )
+        resident = max(self.measured_bytes or self.predicted_bytes or 0, plan.least)
         transient = max(plan.transient, self._held_beyond.get(plan.path, 0))
         index = self._next_index
         self._next_index += 1
@@ -207,7 +208,25 @@ class ReplicaSet:
         self._events.publish(LoadFinished(self.name, index, placement.memory,
                                           self._clock.now() - started, measured,
                                           resident + transient, peak))
+        if plan.background and self._background is None:
+            self._background = loop.create_task(self._run_background(spec))
         return replica
+
+    async def _run_background(self, spec: ModelConfig) -> None:
+        """The work the load left for later, off the request path (one at a time)."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._loader, self._backend.background_blocking, spec)
+        except Exception as exc:  # boundary of a background task
+            log_event("background_failed", logging.ERROR, model=self.name,
+                      error=describe_exception(exc))
+        finally:
+            self._background = None
+
+    async def finish_background(self) -> None:
+        """Wait for the work a load left for later (at shutdown: nothing is left running)."""
+        if self._background is not None:
+            await asyncio.gather(self._background, return_exceptions=True)
 
     @property
     def max_replicas(self) -> int:

@@ -38,6 +38,8 @@ class LoadPlan:
 
     path: str
     transient: int
+    background: bool = False  # work for `background_blocking` once the load has finished
+    least: int = 0  # the least the model will hold once loaded this way (onnx mapped: its weights)
 
 
 class Unsplittable(Exception):
@@ -109,6 +111,11 @@ class Backend(Protocol):
         ...
 
     def load_blocking(self, spec: ModelConfig) -> Instance: ...
+
+    def background_blocking(self, spec: ModelConfig) -> None:
+        """Work a load left for later (onnx: writing the weights cache entry that the next
+        loads map), run on a loader thread while the model serves. Logs its own failures."""
+        ...
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by this backend's load or run, means memory ran out."""

@@ -15,11 +15,13 @@ Two load paths (docs/models.md, "How an ONNX model loads"):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import math
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -41,7 +43,13 @@ from snoozeml.runtime.base import (
     utf8_strings,
 )
 from snoozeml.runtime.files import onnx_file_sizes_blocking
-from snoozeml.runtime.onnx_cache import CacheError, Entry, build_blocking, find_blocking
+from snoozeml.runtime.onnx_cache import (
+    CacheError,
+    Entry,
+    build_blocking,
+    entry_key,
+    find_blocking,
+)
 from snoozeml.runtime.onnx_mapped import MappedWeights
 from snoozeml.runtime.stacking import run_stacked_blocking
 
@@ -237,26 +245,61 @@ def _to_numpy(value: ort.OrtValue) -> np.ndarray:
 class OnnxBackend:
     def __init__(self, cache_dir: Path | None = None) -> None:
         self._cache_dir = cache_dir  # None: no weights cache, every load takes the default path
+        self._unbuildable: set[str] = set()  # entry keys whose build failed in this process
 
     def file_sizes_blocking(self, spec: ModelConfig) -> FileSizes:
         return onnx_file_sizes_blocking(spec.path)
 
     def load_plan_blocking(self, spec: ModelConfig, sizes: FileSizes) -> LoadPlan:
-        """The next load's path and transient bytes (file metadata only). "mapped" holds its
-        graph beside the weights, and the packed copy with prepack "on"; "build" (no entry
-        yet) streams the weights through a small buffer but maps the whole source file
-        while it copies; "default" holds the protobuf beside the weights."""
+        """The next load's path and transient bytes. "mapped" when the model has a valid
+        entry (read through once per process): its graph beside the weights, and the packed
+        copy with prepack "on". Otherwise "default": the protobuf beside the weights, with
+        the entry written afterwards in the background when the cache applies."""
         if not self._maps(spec):
             return LoadPlan("default", sizes.transient)
         assert self._cache_dir is not None
         try:
-            entry = find_blocking(self._cache_dir, spec.path, verify=False)
+            entry = find_blocking(self._cache_dir, spec.path)
         except (CacheError, OSError):
-            return LoadPlan("build", max(sizes.transient, sizes.weights))
+            return LoadPlan("default", sizes.transient, background=self._buildable(spec))
         packed = sum(slot.length for slot in entry.slots if slot.packed)
         # The graph twice (its protobuf, onnxruntime's graph) and the session's own structures.
         graph = 2 * entry.graph_bytes + SESSION_BYTES
-        return LoadPlan("mapped", graph + (packed if spec.prepack == "on" else 0))
+        return LoadPlan("mapped", graph + (packed if spec.prepack == "on" else 0),
+                        least=entry.weights_bytes)
+
+    def background_blocking(self, spec: ModelConfig) -> None:
+        """Write the model's entry, so that its next loads map it. Runs after a default load,
+        while the model serves: its memory is a 4 MiB buffer and the graph."""
+        if not self._maps(spec):
+            return
+        assert self._cache_dir is not None
+        try:
+            find_blocking(self._cache_dir, spec.path)
+            return  # another replica, or another daemon, wrote it meanwhile
+        except (CacheError, OSError) as why:
+            reason = str(why)
+        log_event("onnx_cache_build", logging.INFO, model=spec.name, reason=reason)
+        started = time.perf_counter()
+        try:
+            entry = build_blocking(self._cache_dir, spec.path)
+        except Exception as exc:  # the model keeps loading the default way
+            with contextlib.suppress(OSError):
+                self._unbuildable.add(entry_key(spec.path))
+            log_event("onnx_cache_unusable", logging.WARNING, model=spec.name,
+                      error=f"{type(exc).__name__}: {exc}")
+            return
+        log_event("onnx_cache_built", logging.INFO, model=spec.name,
+                  ms=round((time.perf_counter() - started) * 1000, 1),
+                  bytes=entry.weights_bytes, entry=str(entry.folder))
+
+    def _buildable(self, spec: ModelConfig) -> bool:
+        """Whether to write an entry after this load: not when one already failed for this
+        very file (it would fail again at every load)."""
+        try:
+            return entry_key(spec.path) not in self._unbuildable
+        except OSError:
+            return False
 
     def _maps(self, spec: ModelConfig) -> bool:
         return (self._cache_dir is not None and spec.weights_cache
@@ -279,9 +322,9 @@ class OnnxBackend:
 
     def load_blocking(self, spec: ModelConfig) -> OnnxInstance:
         providers = providers_for(spec.device, spec.tensorrt, ort.get_available_providers())
-        if self._maps(spec):
+        entry = self._entry_blocking(spec)
+        if entry is not None:
             try:
-                entry = self._entry_blocking(spec)
                 return _load_mapped(spec, entry, providers)
             except Exception as exc:
                 if looks_out_of_memory(exc):
@@ -296,13 +339,15 @@ class OnnxBackend:
                                        providers=providers)
         return OnnxInstance(spec.name, session)
 
-    def _entry_blocking(self, spec: ModelConfig) -> Entry:
+    def _entry_blocking(self, spec: ModelConfig) -> Entry | None:
+        """The model's valid entry, when the cache applies and has one."""
+        if not self._maps(spec):
+            return None
         assert self._cache_dir is not None
         try:
             return find_blocking(self._cache_dir, spec.path)
-        except CacheError as why:
-            log_event("onnx_cache_build", logging.INFO, model=spec.name, reason=str(why))
-        return build_blocking(self._cache_dir, spec.path)
+        except (CacheError, OSError):
+            return None  # the default load; the entry is written after it (background)
 
 
 def _cpu_only(providers: Sequence[object]) -> bool:

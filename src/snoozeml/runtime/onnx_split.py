@@ -5,7 +5,8 @@ not a large main-graph initializer is copied through as it is.
 Why not `onnx.load` + `onnx.save`: that parses the whole protobuf (a second copy of the
 weights in memory), then copies each tensor's bytes out again, and held the GIL for ~70 ms at a
 time on a 100 MB model: measured, building an entry that way took 2.2x the default load. Here
-the weights stream from the source file to `weights.bin` through one 4 MiB buffer.
+the weights stream from the source file to `weights.bin` through one 4 MiB buffer (read, not
+through the mapping the walk uses, which touches only the fields' headers).
 
 Only main-graph initializers move (those with `raw_data` in the file, or external data in a
 file next to it), when their type has a fixed size, their bytes match their shape, and they are
@@ -117,12 +118,10 @@ def _split(
                 weights.write(bytes(padding))
                 crc = zlib.crc32(bytes(padding), crc)
                 offset += padding
-            if path is None:
-                crc = _copy_view(view[at:at + length], weights, crc)
-            else:
-                if path not in externals:
-                    externals.append(path)
-                crc = _copy_file(path, at, length, weights, buffer, crc)
+            if path is not None and path not in externals:
+                externals.append(path)
+            # Read, not copied from the mapping: the mapping's pages would count in RSS.
+            crc = _copy_file(path or model, at, length, weights, buffer, crc)
             moved.append(Moved(tensor.name, tensor.data_type, tuple(tensor.dims), offset,
                                length))
             graph += _field(_GRAPH_INITIALIZER, _rewritten(view, tensor, offset, length))
@@ -297,14 +296,6 @@ def _entry(view: memoryview, start: int, end: int) -> tuple[str, str]:
 
 
 # --- copying ----------------------------------------------------------------------------------
-
-
-def _copy_view(data: memoryview, out: BinaryIO, crc: int) -> int:
-    for at in range(0, len(data), _CHUNK):
-        chunk = data[at:at + _CHUNK]
-        out.write(chunk)
-        crc = zlib.crc32(chunk, crc)
-    return crc
 
 
 def _copy_file(path: Path, at: int, length: int, out: BinaryIO, buffer: bytearray,

@@ -36,6 +36,9 @@ with contextlib.suppress(ImportError):
 
 
 class TorchBackend:
+    def background_blocking(self, spec: ModelConfig) -> None:
+        pass  # a load leaves nothing for later
+
     def load_plan_blocking(self, spec: ModelConfig, sizes: FileSizes) -> LoadPlan:
         return LoadPlan("default", sizes.transient)  # weights mapped, assigned in place
 

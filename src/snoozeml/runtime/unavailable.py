@@ -39,6 +39,9 @@ class UnavailableBackend:
     def prepare_blocking(self, spec: ModelConfig) -> None:
         pass
 
+    def background_blocking(self, spec: ModelConfig) -> None:
+        pass  # a load leaves nothing for later
+
     def load_plan_blocking(self, spec: ModelConfig, sizes: FileSizes) -> LoadPlan:
         return LoadPlan("default", sizes.transient)
 
