@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark scripts (``run_http.py``, ``run_batching.py``,
 ``run_torch.py``, ``run_protocols.py``, ``run_memory.py``, ``run_compare.py``,
-``run_replicas.py``, ``run_auth.py``, ``run_metrics.py``).
+``run_replicas.py``, ``run_auth.py``, ``run_metrics.py``, ``run_coldstart.py``).
 
 - :class:`Daemon`: ``python -m snoozeml serve`` as a child process on ephemeral ports; every log
   line can also go to a callback (for scripts that count log events).

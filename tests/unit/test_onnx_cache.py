@@ -444,3 +444,34 @@ def test_every_kind_of_initializer_survives_the_split(tmp_path: Path, cache: Pat
     for name in plain:
         assert np.array_equal(cached[name], plain[name]), name
     assert int(cached["word_count"]) == 2
+
+
+def mapped_rss(folder: Path) -> int:
+    """The resident bytes of this process's mappings of `folder`'s weights.bin (smaps)."""
+    target = str(folder / WEIGHTS)
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line.endswith(target):
+            inside = True
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+            inside = False
+    return total
+
+
+def test_after_the_upgrade_only_the_weights_it_did_not_pack_stay_resident(
+    tmp_path: Path, cache: Path, closing: list[OnnxInstance]
+) -> None:
+    path = write_matmul(tmp_path / "m.onnx")
+    entry = build_blocking(cache, path)
+    auto = load(OnnxBackend(cache), spec(path, "auto"), closing)
+    x = rows(8)
+    run(auto, x)
+    assert mapped_rss(entry.folder) >= entry.weights_bytes - 4096  # populated at load
+    assert auto.upgrade_blocking()
+    for _ in range(3):
+        run(auto, x)
+    # w and v went (their pre-packed copies serve); b, read at every run, is still there:
+    # had a released weight still been read, its pages would be back.
+    kept = sum(-(-slot.length // 4096) * 4096 for slot in entry.slots if not slot.packed)
+    assert 0 < mapped_rss(entry.folder) <= kept
