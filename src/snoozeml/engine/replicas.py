@@ -200,7 +200,7 @@ class ReplicaSet:
                 self._events.publish(LoadStarted(self.name, index, placement.memory,
                                                  str(self.spec.path)))
                 instance, measured, peak = await self._load_instance(spec, placement.memory)
-                if peak is not None:
+                if peak is not None and placement.memory == "cpu":  # the peak is the host's
                     self._held_beyond[plan.path] = max(peak - measured, 0)
                 replica = self._start(index, placement.memory, instance, measured)
         finally:
