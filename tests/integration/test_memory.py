@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -486,7 +487,12 @@ host_budget = "300MiB"
         response = client.post(f"/v2/models/{name}/infer", json=body)
         assert response.status_code == 200, response.text
 
-    after = client.get("/admin/status").json()
+    # After a model's first-ever load, its weights cache entry is written in the background,
+    # with room reserved for it: wait until nothing is reserved any more.
+    deadline = time.monotonic() + 30
+    while (after := client.get("/admin/status").json())["devices"][0]["reserved_bytes"]:
+        assert time.monotonic() < deadline, after["devices"]  # the reservation ends with it
+
     models = {model["name"]: model for model in after["models"]}
     big, little = models["big"], models["small"]
     assert big["predicted_bytes"] == int(big_model.stat().st_size * 1.1)

@@ -194,6 +194,12 @@ class FakeProbe:
     def used(self, device: str) -> int:
         return self.process[device]
 
+    def reset_peak(self, device: str) -> None:
+        pass
+
+    def peak(self, device: str) -> int | None:
+        return None  # the fake's use only changes when the test says: no peak to learn
+
 
 @dataclass
 class FakeTenant:
@@ -363,6 +369,24 @@ def test_the_load_peak_not_only_the_resident_size_must_fit() -> None:
     run(admit(manager, new, resident=300, transient=400))
 
     assert old.unloads == ["memory_pressure"]
+
+
+def test_without_evict_only_free_room_is_taken_and_nobody_is_evicted() -> None:
+    idle = FakeTenant("idle", 600, last_used=100.0)
+    upgrading = FakeTenant("upgrading", 200)
+    manager = manager_for([idle, upgrading])
+
+    async def scenario(needs: int) -> int:
+        async with manager.admission(upgrading.name, upgrading.device, 0, needs, wait=False,
+                                     evict=False):
+            return manager.reserved("cpu")
+
+    assert run(scenario(200)) == 200  # 800 held + 200: fits
+    with pytest.raises(MemoryExhausted, match="does not fit in the free room"):
+        run(scenario(201))
+    assert idle.unloads == []
+    assert evictions(manager) == {}
+    assert manager.reserved("cpu") == 0
 
 
 def test_the_least_recently_used_idle_model_on_the_device_is_evicted() -> None:

@@ -14,21 +14,23 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_models import write_mlp
+from onnx_models import reference_session, write_mlp
 
 from snoozeml.config import ModelConfig
 from snoozeml.runtime import onnx_cache
 from snoozeml.runtime.base import LoadPlan
-from snoozeml.runtime.onnx import SESSION_BYTES, OnnxBackend, OnnxInstance, wants_prepack
+from snoozeml.runtime.onnx import SESSION_BYTES, OnnxBackend
 from snoozeml.runtime.onnx_cache import (
     MANIFEST,
-    WEIGHTS,
     CacheError,
     build_blocking,
     entry_key,
     find_blocking,
     iter_entries,
 )
+from snoozeml.runtime.onnx_entry import STORAGE, WEIGHTS
+from snoozeml.runtime.onnx_instance import OnnxInstance, wants_prepack
+from snoozeml.runtime.onnx_split import split_blocking
 
 
 def spec(path: Path, prepack: str = "auto", **extra: object) -> ModelConfig:
@@ -365,7 +367,7 @@ def test_the_load_plan_follows_the_path_the_next_load_takes(tmp_path: Path,
     default = LoadPlan("default", sizes.transient)
     # No entry yet: the default load, with the entry written afterwards.
     assert backend.load_plan_blocking(spec(path), sizes) == \
-        LoadPlan("default", sizes.transient, background=True)
+        LoadPlan("default", sizes.transient, background=True, background_bytes=sizes.weights)
     backend.background_blocking(spec(path))
     graph = 2 * (cache / entry_key(path) / "graph.onnx").stat().st_size + SESSION_BYTES
     weights = (cache / entry_key(path) / "weights.bin").stat().st_size
@@ -432,12 +434,21 @@ def write_mixed(path: Path) -> Path:
 def test_every_kind_of_initializer_survives_the_split(tmp_path: Path, cache: Path,
                                                       closing: list[OnnxInstance]) -> None:
     path = write_mixed(tmp_path / "mixed.onnx")
-    entry = build_blocking(cache, path)
-    assert {slot.name for slot in entry.slots} == {"half", "index", "mask", "outer"}
-    # Only a 2-D FP32 weight that only MatMul/Gemm read as B is packed; the Loop body's
-    # MatMul is in a subgraph, where nothing says the outer tensor is not read as it is.
-    assert not any(slot.packed for slot in entry.slots)
+    split = tmp_path / "split"
+    split.mkdir()
+    itemsizes = {kind: np.dtype(name).itemsize for kind, name in STORAGE.items()}
+    moved, _, _ = split_blocking(path, split / "graph.onnx", split / WEIGHTS, itemsizes,
+                                 onnx_cache.ALIGN, onnx_cache.MIN_MAPPED)
+    assert {m.name for m in moved} == {"half", "index", "mask", "outer"}
+    assert all(m.offset % onnx_cache.ALIGN == 0 for m in moved)
     x = rows(3, 32)
+    # The split graph is the same model: onnxruntime reads it (and weights.bin) as it is.
+    split_answers = reference_session(split / "graph.onnx").run(None, {"x": x})
+    original = reference_session(path).run(None, {"x": x})
+    for got, expected in zip(split_answers, original, strict=True):
+        assert np.array_equal(got, expected)
+    # And the entry (the optimized graph, mapped) answers as the model loaded the default way.
+    build_blocking(cache, path)
     cached = load(OnnxBackend(cache), spec(path, "on"), closing).run_blocking({"x": x}, None)
     plain = load(OnnxBackend(None), spec(path, "on"), closing).run_blocking({"x": x}, None)
     assert cached.keys() == plain.keys()

@@ -23,14 +23,17 @@ from snoozeml.engine.events import (
     ReplicaDraining,
     ReplicaFailed,
     ReplicaRemoved,
+    ReplicaUpgraded,
     Unloaded,
+    UpgradeDeferred,
 )
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.request import InferInput, InferRequest
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import MemoryExhausted
-from snoozeml.runtime.onnx import OnnxBackend, OnnxInstance
+from snoozeml.runtime.onnx import OnnxBackend
+from snoozeml.runtime.onnx_instance import OnnxInstance
 
 T = TypeVar("T")
 
@@ -360,3 +363,36 @@ def test_replicas_spread_over_their_devices_by_free_budget(tmp_path: Path) -> No
     assert used["cpu"] == 0
     assert shape == (1, 2)
     assert listed == ("cuda:0", "cuda:1")
+
+
+def test_an_upgrade_memory_does_not_admit_is_deferred_and_the_model_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    from snoozeml.runtime.onnx_cache import build_blocking
+
+    path = write_mlp(tmp_path / "mlp.onnx", dims=(64, 1024, 1024, 64))
+    build_blocking(tmp_path / "cache" / "onnx", path)  # mapped from the first load on
+    probe = FakeProbe(host_total=10**9)  # nothing measured: the model counts as predicted
+    predicted = int(path.stat().st_size * 1.1)
+
+    async def scenario(service: InferenceService, seen: list[EngineEvent]) -> list[object]:
+        rows = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
+        told = asyncio.Event()
+        service.events.subscribe(lambda event: told.set(), [UpgradeDeferred, ReplicaUpgraded])
+        answer = await service.infer("mlp", None,
+                                     InferRequest([InferInput("x", "FP32", (8, 64), rows)]))
+        await asyncio.wait_for(told.wait(), 30)  # the upgrade tried after that 8-row batch
+        model = service.manager.models["mlp"]
+        return [answer.outputs[0].data.shape, model.state, model.replicas.upgrades.under_way,
+                [(e.retry, "free room" in e.reason) for e in seen
+                 if isinstance(e, UpgradeDeferred)],
+                [e for e in seen if isinstance(e, ReplicaUpgraded)]]
+
+    # Room for the mapped load (its size, the graph twice and 1 MiB), not for the packed copy.
+    shape, state, under_way, deferred, upgraded = with_service(
+        tmp_path, {"name": "mlp", "path": "mlp.onnx"}, scenario,
+        server={"cache_dir": str(tmp_path / "cache"),
+                "memory": {"host_budget": predicted + 2 * 2**20}}, probe=probe)
+    assert (shape, state, under_way) == ((8, 64), State.READY, 0)
+    assert deferred == [(True, True)]
+    assert upgraded == []

@@ -64,7 +64,7 @@ class LoadFinished(EngineEvent):
     seconds: float  # from admission to a running replica; waiting for memory is not loading
     bytes: int  # measured on the device
     reserved_bytes: int = 0  # what admission held for the load (its expected peak)
-    peak_bytes: int | None = None  # the host's real peak above the load's start, when known
+    peak_bytes: int | None = None  # the real peak above the use before the load, when known
 
 
 @dataclass(slots=True)

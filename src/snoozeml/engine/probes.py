@@ -27,15 +27,14 @@ def process_rss() -> int:
         return int(psutil.Process().memory_info().rss)
 
 
-def reset_peak_rss() -> int | None:
+def reset_peak_rss() -> None:
     """Start measuring the process's peak RSS from now (Linux: /proc/self/clear_refs resets
-    VmHWM); returns the RSS now, or None where the peak cannot be reset."""
+    VmHWM to the RSS now); nothing where it cannot be reset."""
     try:
         with open("/proc/self/clear_refs", "w") as refs:
             refs.write("5")
     except OSError:
-        return None
-    return process_rss()
+        pass
 
 
 def peak_rss() -> int | None:
@@ -63,6 +62,15 @@ class MemoryProbe(Protocol):
 
     def used(self, device: str) -> int:
         """Bytes this process uses on the device (RSS for cpu; device memory for a GPU)."""
+        ...
+
+    def reset_peak(self, device: str) -> None:
+        """Start measuring the device's peak use from now (see `peak`)."""
+        ...
+
+    def peak(self, device: str) -> int | None:
+        """The most this process used on the device since `reset_peak`, when known (the host
+        on Linux; None for a GPU, whose driver keeps no such number)."""
         ...
 
 
@@ -105,6 +113,13 @@ class SystemProbe:
         if device == "cpu":
             return host_total()
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handles[device]).total)
+
+    def reset_peak(self, device: str) -> None:
+        if device == "cpu":
+            reset_peak_rss()
+
+    def peak(self, device: str) -> int | None:
+        return peak_rss() if device == "cpu" else None
 
     def used(self, device: str) -> int:
         if device == "cpu":

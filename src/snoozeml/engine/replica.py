@@ -12,7 +12,7 @@ from enum import Enum
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.batcher import Batcher
-from snoozeml.engine.probes import peak_rss, reset_peak_rss
+from snoozeml.engine.probes import MemoryProbe
 from snoozeml.errors import describe_exception
 from snoozeml.heap import release_memory_blocking
 from snoozeml.logs import log_event
@@ -52,15 +52,18 @@ class Replica:
         return max(self.in_flight, self.batcher.queued)
 
 
-def load_instance_blocking(backend: Backend, spec: ModelConfig) -> tuple[Instance, int | None]:
+def load_instance_blocking(
+    backend: Backend, spec: ModelConfig, probe: MemoryProbe, device: str
+) -> tuple[Instance, int | None]:
     """Build the instance, then hand the load's transient memory back to the OS so the
-    measurement that follows sees only what stays resident. Also returns the host's peak
-    memory during the load above where it started, when the OS tells (Linux)."""
-    start = reset_peak_rss()
+    measurement that follows sees only what stays resident. Also returns the device's peak
+    use during the load above its use before, when the probe knows it."""
+    before = probe.used(device)
+    probe.reset_peak(device)
     instance = backend.load_blocking(spec)
-    peak = peak_rss()
+    peak = probe.peak(device)
     release_memory_blocking()
-    return instance, (max(peak - start, 0) if start is not None and peak is not None else None)
+    return instance, (max(peak - before, 0) if peak is not None else None)
 
 
 def close_replica_blocking(replica: Replica) -> None:

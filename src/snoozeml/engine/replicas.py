@@ -38,7 +38,7 @@ from snoozeml.engine.replica import (
     load_instance_blocking,
 )
 from snoozeml.engine.upgrades import Upgrades
-from snoozeml.errors import describe_exception
+from snoozeml.errors import MemoryExhausted, ModelTooLarge, describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, FileSizes, Instance
 
@@ -200,7 +200,7 @@ class ReplicaSet:
                 self._events.publish(LoadStarted(self.name, index, placement.memory,
                                                  str(self.spec.path)))
                 instance, measured, peak = await self._load_instance(spec, placement.memory)
-                if peak is not None and placement.memory == "cpu":  # the peak is the host's
+                if peak is not None:
                     self._held_beyond[plan.path] = max(peak - measured, 0)
                 replica = self._start(index, placement.memory, instance, measured)
         finally:
@@ -209,14 +209,21 @@ class ReplicaSet:
                                           self._clock.now() - started, measured,
                                           resident + transient, peak))
         if plan.background and self._background is None:
-            self._background = loop.create_task(self._run_background(spec))
+            self._background = loop.create_task(
+                self._run_background(spec, placement.memory, plan.background_bytes))
         return replica
 
-    async def _run_background(self, spec: ModelConfig) -> None:
-        """The work the load left for later, off the request path (one at a time)."""
+    async def _run_background(self, spec: ModelConfig, device: str, needs: int) -> None:
+        """The work the load left for later, off the request path (one at a time), in free
+        room only: when there is none it waits for a later load."""
+        memory = self._memory
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._loader, self._backend.background_blocking, spec)
+            async with memory.admission(self.name, device, 0, needs, wait=False, evict=False), \
+                    memory.measuring(device):
+                await asyncio.get_running_loop().run_in_executor(
+                    self._loader, self._backend.background_blocking, spec)
+        except (MemoryExhausted, ModelTooLarge) as exc:
+            log_event("background_deferred", logging.INFO, model=self.name, reason=exc.message)
         except Exception as exc:  # boundary of a background task
             log_event("background_failed", logging.ERROR, model=self.name,
                       error=describe_exception(exc))
@@ -264,7 +271,7 @@ class ReplicaSet:
         before = probe.used(device)
         try:
             instance, peak = await loop.run_in_executor(
-                self._loader, load_instance_blocking, self._backend, spec
+                self._loader, load_instance_blocking, self._backend, spec, probe, device
             )
         except Exception as exc:
             if not self._backend.is_out_of_memory(exc):
@@ -272,7 +279,7 @@ class ReplicaSet:
             await self._memory.relieve_oom(self.name, device, "load", describe_exception(exc))
             before = probe.used(device)  # after the evictions, not before them
             instance, peak = await loop.run_in_executor(
-                self._loader, load_instance_blocking, self._backend, spec
+                self._loader, load_instance_blocking, self._backend, spec, probe, device
             )
         return instance, max(probe.used(device) - before, 0), peak
 

@@ -39,6 +39,7 @@ class LoadPlan:
     path: str
     transient: int
     background: bool = False  # work for `background_blocking` once the load has finished
+    background_bytes: int = 0  # what that work holds while it runs
     least: int = 0  # the least the model will hold once loaded this way (onnx mapped: its weights)
 
 

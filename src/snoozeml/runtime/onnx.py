@@ -16,62 +16,34 @@ Two load paths (docs/models.md, "How an ONNX model loads"):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
-import math
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from snoozeml.config import ModelConfig
-from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
-from snoozeml.errors import InvalidInput, Unsupported
-from snoozeml.heap import drop_attribute_blocking, release_memory_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import (
-    Arrays,
     FileSizes,
     LoadPlan,
     looks_out_of_memory,
     requested_gpu,
-    utf8_strings,
 )
 from snoozeml.runtime.files import onnx_file_sizes_blocking
-from snoozeml.runtime.onnx_cache import (
-    CacheError,
-    Entry,
-    build_blocking,
-    entry_key,
-    find_blocking,
-)
+from snoozeml.runtime.onnx_cache import CacheError, build_blocking, entry_key, find_blocking
+from snoozeml.runtime.onnx_entry import Entry
+from snoozeml.runtime.onnx_instance import OnnxInstance
 from snoozeml.runtime.onnx_mapped import MappedWeights
-from snoozeml.runtime.stacking import run_stacked_blocking
 
-PLATFORM = "onnxruntime_onnx"
 # A mapped load's peak beyond its measured size, besides its graph: onnxruntime's own session
 # structures (measured: under 0.1 MiB above the resident size for a 92 MiB model).
 SESSION_BYTES = 1024 * 1024
 
 # onnxruntime's own logger prints coloured lines to stderr; errors reach our logs as exceptions.
 ort.set_default_logger_severity(4)
-
-
-def _dim(value: object) -> int:
-    # onnxruntime reports symbolic dims as strings and unknown ones as None.
-    return value if isinstance(value, int) and value >= 0 else -1
-
-
-def _spec(arg: ort.NodeArg) -> TensorSpec:
-    datatype = ONNX_TO_OIP.get(arg.type)
-    if datatype is None:
-        raise RuntimeError(f"tensor {arg.name!r} has type {arg.type}, which has no OIP datatype")
-    return TensorSpec(arg.name, datatype, tuple(_dim(d) for d in arg.shape))
 
 
 def providers_for(
@@ -96,152 +68,6 @@ def providers_for(
     return [*chosen, "CPUExecutionProvider"]
 
 
-def wants_prepack(policy: str, rows: int) -> bool:
-    """Whether a session should be pre-packed, given the model's `prepack` policy and the
-    rows of a batch that ran. Unpacked, a one-row run costs the same (measured: 0.97-1.05x)
-    and 2-16 rows cost 2-2.8x (docs/models.md)."""
-    return policy == "on" or (policy == "auto" and rows > 1)
-
-
-class OnnxInstance:
-    def __init__(
-        self,
-        name: str,
-        session: ort.InferenceSession,
-        weights: MappedWeights | None = None,
-        prepacked: Callable[[], ort.InferenceSession] | None = None,
-        policy: str = "on",
-    ) -> None:
-        self._session = session
-        self._weights = weights
-        # Builds the pre-packed session that replaces this one; None once it did (or never).
-        self._prepacked = prepacked
-        self._policy = policy
-        # Held by each run and by the swap: a session is never freed under a run.
-        self._lock = threading.Lock()
-        # Held through an upgrade and by close: the mapping never goes under a build.
-        self._upgrading = threading.Lock()
-        self._closed = False
-        self._metadata = ModelMetadata(
-            name=name,
-            platform=PLATFORM,
-            inputs=tuple(_spec(a) for a in session.get_inputs()),
-            outputs=tuple(_spec(a) for a in session.get_outputs()),
-        )
-        self._string_inputs = {s.name for s in self._metadata.inputs if s.datatype == "BYTES"}
-        # BF16 travels as uint16 bits; onnxruntime's numpy API has no bfloat16, so such models
-        # run through OrtValues (which cannot hold strings: a model mixing both is refused).
-        self._bf16_inputs = {s.name for s in self._metadata.inputs if s.datatype == "BF16"}
-        self._bf16 = bool(self._bf16_inputs) or any(
-            s.datatype == "BF16" for s in self._metadata.outputs
-        )
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
-
-    def validate_inputs(self, inputs: Arrays) -> None:
-        """String tensors become str here, before queueing: onnxruntime wants str objects (it
-        would turn bytes into their repr), and bytes that are not UTF-8 fail this request alone
-        with a 400 instead of the whole batch with a 500."""
-        if self._bf16 and self._string_inputs:
-            raise Unsupported(_BF16_WITH_STRINGS)
-        for name in self._string_inputs & inputs.keys():
-            inputs[name] = utf8_strings(inputs[name], name)
-
-    def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
-        feed = inputs
-        if self._string_inputs:
-            feed = dict(inputs)
-            for name in self._string_inputs & feed.keys():
-                feed[name] = utf8_strings(feed[name], name)
-        names = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
-        try:
-            if self._bf16:
-                return self._run_ort_values(feed, names)
-            with self._lock:
-                results = self._session.run(names, feed)
-        except InvalidArgument as exc:  # a dtype, rank or shape the graph does not take
-            raise InvalidInput(
-                f"model {self._metadata.name!r} rejected the input: {exc}"
-            ) from exc
-        return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
-
-    def run_batch_blocking(
-        self, requests: Sequence[Arrays], outputs: Sequence[str] | None
-    ) -> list[Arrays]:
-        """Rows stacked along axis 0 and run once; see runtime/stacking.py."""
-        return run_stacked_blocking(self.run_blocking, requests, outputs)
-
-    def _run_ort_values(self, feed: Arrays, names: list[str]) -> Arrays:
-        if self._string_inputs:
-            raise Unsupported(_BF16_WITH_STRINGS)
-        values = {
-            name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                np.ascontiguousarray(array), _ONNX_BFLOAT16
-            )
-            if name in self._bf16_inputs
-            else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
-            for name, array in feed.items()
-        }
-        with self._lock:
-            results = self._session.run_with_ort_values(names, values)
-            return {name: _to_numpy(value) for name, value in zip(names, results, strict=True)}
-
-    def upgrade_bytes(self, rows: int) -> int:
-        """Bytes a pre-packed session would add while it is built, when a batch of `rows`
-        makes one worth it and none was built yet; else 0."""
-        if self._prepacked is None or self._weights is None or \
-                not wants_prepack(self._policy, rows):
-            return 0
-        return self._weights.packed_bytes or self._weights.bytes
-
-    def upgrade_blocking(self) -> bool:
-        """Build the pre-packed session and swap it in between two runs, then let the
-        unpacked weights' pages go. Returns False when there was nothing to do (already
-        upgraded, or closed)."""
-        with self._upgrading:
-            build, self._prepacked = self._prepacked, None
-            if build is None or self._closed:
-                return False
-            session = build()
-            with self._lock:
-                old, self._session = self._session, session
-            del old, session  # the unpacked session goes here: no run holds it
-            if self._weights is not None:
-                self._weights.release_packed()
-            release_memory_blocking()
-            return True
-
-    def close(self) -> None:
-        with self._upgrading, self._lock:
-            self._closed = True
-            self._prepacked = None
-        drop_attribute_blocking(self, "_session")
-        if self._weights is not None:
-            self._weights.close()
-
-
-_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
-_BF16_WITH_STRINGS = (
-    "this model has both BF16 tensors and string inputs, which onnxruntime's Python API cannot "
-    "feed in one run"
-)
-
-
-def _to_numpy(value: ort.OrtValue) -> np.ndarray:
-    if value.data_type() != "tensor(bfloat16)":
-        return np.asarray(value.numpy())
-    if value.device_name().lower() != "cpu":
-        raise Unsupported("BF16 outputs are only read back from CPU memory")
-    shape = tuple(value.shape())
-    count = math.prod(shape)
-    if count == 0:
-        return np.zeros(shape, dtype=np.uint16)
-    bits = (ctypes.c_uint16 * count).from_address(value.data_ptr())
-    return np.frombuffer(bits, dtype=np.uint16).copy().reshape(shape)
-
-
 class OnnxBackend:
     def __init__(self, cache_dir: Path | None = None) -> None:
         self._cache_dir = cache_dir  # None: no weights cache, every load takes the default path
@@ -261,7 +87,10 @@ class OnnxBackend:
         try:
             entry = find_blocking(self._cache_dir, spec.path)
         except (CacheError, OSError):
-            return LoadPlan("default", sizes.transient, background=self._buildable(spec))
+            # Writing the entry maps the weights once more while onnxruntime optimizes them.
+            build = self._buildable(spec)
+            return LoadPlan("default", sizes.transient, background=build,
+                            background_bytes=sizes.weights if build else 0)
         packed = sum(slot.length for slot in entry.slots if slot.packed)
         # The graph twice (its protobuf, onnxruntime's graph) and the session's own structures.
         graph = 2 * entry.graph_bytes + SESSION_BYTES
@@ -270,7 +99,8 @@ class OnnxBackend:
 
     def background_blocking(self, spec: ModelConfig) -> None:
         """Write the model's entry, so that its next loads map it. Runs after a default load,
-        while the model serves: its memory is a 4 MiB buffer and the graph."""
+        while the model serves: it streams the weights through a 4 MiB buffer, then maps
+        them while onnxruntime saves the optimized graph (onnx_cache._optimize)."""
         if not self._maps(spec):
             return
         assert self._cache_dir is not None

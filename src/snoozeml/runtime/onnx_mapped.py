@@ -10,7 +10,7 @@ import mmap
 import numpy as np
 import onnxruntime as ort
 
-from snoozeml.runtime.onnx_cache import RETYPED, STORAGE, Entry
+from snoozeml.runtime.onnx_entry import RETYPED, STORAGE, Entry
 
 
 class MappedWeights:
