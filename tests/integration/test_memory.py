@@ -275,11 +275,14 @@ def test_a_pinned_model_is_never_evicted_and_a_load_that_needs_its_memory_gets_5
     serve: Any, client_for: Any, big_model: Path, tmp_path: Path,
 ) -> None:
     paths = link_models(big_model, tmp_path / "models", ["pinned", "other"])
+    # The default load, whose peak is the file twice (and no cache entry written beside it).
+    entries = model_entries(paths, pinned='idle_timeout = "never"\nweights_cache = false',
+                            other="weights_cache = false")
     daemon = serve(f"""
 [server.memory]
 host_budget = "300MiB"
 memory_wait = "1s"
-{model_entries(paths, pinned='idle_timeout = "never"')}""")
+{entries}""")
     client = client_for(daemon)
     assert client.post("/v2/models/pinned/infer", json=big_request()).status_code == 200
     held = status_of(client, "pinned")["resident_bytes"]

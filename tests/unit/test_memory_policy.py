@@ -389,6 +389,56 @@ def test_without_evict_only_free_room_is_taken_and_nobody_is_evicted() -> None:
     assert manager.reserved("cpu") == 0
 
 
+def test_background_side_room_counts_as_used_without_holding_up_loads() -> None:
+    idle = FakeTenant("idle", 300, last_used=100.0)
+    writer = FakeTenant("writer", 200, last_used=900.0)
+    new = FakeTenant("new", 0, loaded=False)
+    manager = manager_for([idle, writer, new])
+
+    async def scenario() -> list[object]:
+        async with manager.side_room(writer.name, writer.device, 400):  # 500 + 400 held
+            seen: list[object] = [manager.reserved("cpu")]
+            with pytest.raises(MemoryExhausted, match="does not fit in the free room"):
+                async with manager.side_room(writer.name, writer.device, 101):
+                    pass
+            # A load goes ahead beside it (no wait for the background work to end), and
+            # makes room as if the side room were used: 900 + 200 needs the idle model gone.
+            async with manager.admission(new.name, new.device, 150, 50):
+                seen.append(manager.reserved("cpu"))
+            return seen
+
+    assert run(scenario()) == [400, 600]
+    assert idle.unloads == ["memory_pressure"]
+    assert manager.reserved("cpu") == 0
+
+
+def test_a_load_waiting_for_memory_goes_ahead_when_background_side_room_is_released() -> None:
+    writer = FakeTenant("writer", 200, holds="pinned")
+    new = FakeTenant("new", 0, loaded=False)
+    manager = manager_for([writer, new], memory_wait=3600)
+
+    async def scenario() -> str:
+        held, release = asyncio.Event(), asyncio.Event()
+
+        async def background() -> None:
+            async with manager.side_room(writer.name, writer.device, 500):
+                held.set()
+                await release.wait()
+
+        task = asyncio.get_running_loop().create_task(background())
+        await held.wait()
+        writer.looked = asyncio.Event()
+        load = asyncio.get_running_loop().create_task(admit(manager, new, resident=400))
+        await writer.looked.wait()  # the load looked: 200 + 500 held, 400 more does not fit
+        assert not load.done()
+        release.set()
+        await task
+        await asyncio.wait_for(load, 10)  # woken by the release (memory_wait is an hour)
+        return f"{manager.used('cpu')} {manager.reserved('cpu')}"
+
+    assert run(scenario()) == "600 0"
+
+
 def test_the_least_recently_used_idle_model_on_the_device_is_evicted() -> None:
     recent = FakeTenant("recent", 300, last_used=900.0)
     oldest = FakeTenant("oldest", 300, last_used=100.0)
@@ -702,8 +752,9 @@ def test_a_freshly_loaded_model_is_not_evicted_before_the_request_that_loaded_it
     # one resident beside a load needs 3.2 x, and the budget is 2.5 x.
     config = parse_config({
         "server": {"memory": {"host_budget": int(size * 2.5), "memory_wait": 3600}},
+        # The default load (no weights cache, whose entry would be written beside it).
         "models": [{"name": name, "path": f"{name}.onnx", "device": "cpu",
-                    "idle_timeout": 300}  # None would pin
+                    "idle_timeout": 300, "weights_cache": False}  # None would pin
                    for name in ("first", "second")],
     }, source=tmp_path / "models.toml")
 

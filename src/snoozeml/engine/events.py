@@ -172,6 +172,17 @@ class UpgradeDeferred(EngineEvent):
 
 
 @dataclass(slots=True)
+class SideRoomReleased(EngineEvent):
+    """Background work of `model` (writing a cache entry) ended and gave back the room it
+    held: a load waiting for memory looks again."""
+
+    wakes: ClassVar[bool] = True
+    model: str
+    device: str
+    bytes: int
+
+
+@dataclass(slots=True)
 class Evicting(EngineEvent):
     """Idle models unloaded (reason memory_pressure) to make room for `model`'s load."""
 

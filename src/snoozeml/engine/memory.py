@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from snoozeml.config import ModelConfig, ServerConfig
-from snoozeml.engine.events import EventBus, Evicting, OomRetry
+from snoozeml.engine.events import EventBus, Evicting, OomRetry, SideRoomReleased
 from snoozeml.engine.probes import MemoryProbe
 from snoozeml.engine.snapshots import DeviceSnapshot
 from snoozeml.errors import MemoryExhausted, ModelTooLarge
@@ -121,6 +121,7 @@ class MemoryManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._measure_locks: dict[str, asyncio.Lock] = {}
         self._reserved: dict[str, tuple[str, int]] = {}  # device -> (model, bytes)
+        self._side: dict[str, int] = {}  # device -> bytes held by background work
 
     # --- accounting -----------------------------------------------------------------------
 
@@ -144,8 +145,9 @@ class MemoryManager:
         return device if device in self.budgets else "cpu"
 
     def reserved(self, device: str) -> int:
+        """Bytes held for the load in progress and for background work on `device`."""
         entry = self._reserved.get(device)
-        return entry[1] if entry else 0
+        return (entry[1] if entry else 0) + self._side.get(device, 0)
 
     def predicted(self, spec: ModelConfig, sizes: FileSizes) -> int:
         factor = spec.memory_factor if spec.memory_factor is not None else self.default_factor
@@ -180,7 +182,7 @@ class MemoryManager:
         async with lock:
             if evict:
                 await self._make_room(name, device, budget, peak, wait, colder_than)
-            elif (used := self.used(device)) + peak > budget:
+            elif (used := self.used(device) + self._side.get(device, 0)) + peak > budget:
                 raise MemoryExhausted(
                     f"{format_bytes(peak)} for model {name!r} does not fit in the free room "
                     f"on {device} ({format_bytes(budget - used)})", retry_after=5.0)
@@ -190,6 +192,24 @@ class MemoryManager:
             finally:
                 del self._reserved[device]
 
+    @asynccontextmanager
+    async def side_room(self, name: str, device: str, needed: int) -> AsyncIterator[None]:
+        """Hold `needed` bytes for background work of model `name` that measures nothing
+        (writing a cache entry): only free room, at once, and without holding up loads,
+        which count it as used while it lasts. Raises MemoryExhausted when there is none."""
+        device = self.device_key(device)
+        budget = self.budgets[device]
+        if self.used(device) + self.reserved(device) + needed > budget:
+            raise MemoryExhausted(
+                f"{format_bytes(needed)} for model {name!r} does not fit in the free room on "
+                f"{device} ({format_bytes(max(self.free(device), 0))})", retry_after=5.0)
+        self._side[device] = self._side.get(device, 0) + needed
+        try:
+            yield
+        finally:
+            self._side[device] -= needed
+            self._events.publish(SideRoomReleased(name, device, needed))
+
     async def _make_room(
         self, name: str, device: str, budget: int, peak: int, wait: bool,
         colder_than: float | None,
@@ -198,7 +218,7 @@ class MemoryManager:
         deadline = self._clock() + waits
         while True:
             changed = self._events.changed()  # taken before looking, so no release is missed
-            used = self.used(device)
+            used = self.used(device) + self._side.get(device, 0)
             missing = shortfall(used, peak, budget)
             if missing == 0:
                 return
@@ -210,8 +230,8 @@ class MemoryManager:
                 continue
             remaining = deadline - self._clock()
             if remaining <= 0:
-                raise MemoryExhausted(self._explain(name, device, budget, peak, used,
-                                                    residents, waits if wait else None),
+                raise MemoryExhausted(self._explain(name, device, budget, peak, residents,
+                                                    waits if wait else None),
                                       retry_after=5.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
@@ -234,20 +254,24 @@ class MemoryManager:
         return found
 
     def _explain(
-        self, name: str, device: str, budget: int, peak: int, used: int,
+        self, name: str, device: str, budget: int, peak: int,
         residents: Sequence[Resident], waited: float | None,
     ) -> str:
         held = [(r.name, r.bytes, r.holds or "idle")
                 for r in sorted(residents, key=lambda r: -r.bytes)]
+        used = self.used(device)
         own = used - sum(r.bytes for r in residents)  # the model's own replicas
         if own > 0:
             held.insert(0, (name, own, "its own replicas"))
+        side = self._side.get(device, 0)
+        if side:
+            held.append(("background work", side, "writing a cache entry"))
         holders = ", ".join(f"{who} ({format_bytes(size)}, {why})"
                             for who, size, why in held) or "nothing"
         return (
             f"not enough memory on {device} for model {name!r}: it needs "
             f"{format_bytes(peak)}, the budget is {format_bytes(budget)} and "
-            f"{format_bytes(used)} is held by {holders}"
+            f"{format_bytes(used + side)} is held by {holders}"
             + (f"; waited {waited:g}s for memory to be released" if waited is not None
                else "; an added replica does not wait for memory")
         )

@@ -38,7 +38,7 @@ from snoozeml.engine.replica import (
     load_instance_blocking,
 )
 from snoozeml.engine.upgrades import Upgrades
-from snoozeml.errors import MemoryExhausted, ModelTooLarge, describe_exception
+from snoozeml.errors import MemoryExhausted, describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, FileSizes, Instance
 
@@ -215,14 +215,13 @@ class ReplicaSet:
 
     async def _run_background(self, spec: ModelConfig, device: str, needs: int) -> None:
         """The work the load left for later, off the request path (one at a time), in free
-        room only: when there is none it waits for a later load."""
-        memory = self._memory
+        room only (when there is none, it waits for a later load), without holding up the
+        loads of other models."""
         try:
-            async with memory.admission(self.name, device, 0, needs, wait=False, evict=False), \
-                    memory.measuring(device):
+            async with self._memory.side_room(self.name, device, needs):
                 await asyncio.get_running_loop().run_in_executor(
                     self._loader, self._backend.background_blocking, spec)
-        except (MemoryExhausted, ModelTooLarge) as exc:
+        except MemoryExhausted as exc:
             log_event("background_deferred", logging.INFO, model=self.name, reason=exc.message)
         except Exception as exc:  # boundary of a background task
             log_event("background_failed", logging.ERROR, model=self.name,
