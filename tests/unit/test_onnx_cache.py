@@ -165,28 +165,30 @@ def test_the_swap_loses_no_run_under_concurrent_traffic(
     x = rows(1, 64)  # one row: unpacked and packed sessions may round differently
     answers: list[np.ndarray] = []
     errors: list[BaseException] = []
-    started = threading.Event()
-    stop = threading.Event()
+    started, swapped, after_swap = threading.Event(), threading.Event(), threading.Event()
 
     def traffic() -> None:
+        runs_after = 0
         try:
-            while not stop.is_set():
+            while runs_after < 5:  # keeps running until five runs began after the swap
+                was_swapped = swapped.is_set()
                 answers.append(run(auto, x))
                 started.set()
+                runs_after += was_swapped
         except BaseException as exc:  # the test's own boundary: reported below
             errors.append(exc)
+        finally:
             started.set()
+            after_swap.set()
 
     thread = threading.Thread(target=traffic)
     thread.start()
     started.wait()
     try:
         assert auto.upgrade_blocking() is True
-        count = len(answers)
-        while len(answers) < count + 5 and not errors:
-            pass  # runs on the new session before stopping (bounded by the thread's speed)
     finally:
-        stop.set()
+        swapped.set()
+        after_swap.wait()
         thread.join()
     assert not errors
     before, after = run(reference, x), run(packed, x)
