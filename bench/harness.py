@@ -10,8 +10,8 @@
   extension) and gRPC (``raw_input_contents``), as pre-encoded requests and their decoders.
 - wrk: run ``post.lua`` against a URL (JSON or binary-extension body, optionally with extra
   headers such as credentials) and parse its one-line JSON summary.
-- In-process timing of onnxruntime calls and of any call, a one-line machine description and the
-  command line for reports.
+- In-process timing of onnxruntime calls and of any call, a process's memory lines (VmRSS,
+  VmHWM and resetting it), a one-line machine description and the command line for reports.
 
 Plain functions and small dataclasses; the scripts import them with ``from harness import …``
 (the script's own folder is first on ``sys.path`` when it runs).
@@ -20,6 +20,7 @@ Plain functions and small dataclasses; the scripts import them with ``from harne
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import platform
@@ -478,6 +479,21 @@ def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system, all threads) the process has used so far."""
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
+
+
+def status_bytes(key: str, pid: int | str = "self") -> int | None:
+    """A memory line of `/proc/PID/status` (VmRSS, VmHWM) in bytes; None without one."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def reset_peak(pid: int | str = "self") -> None:
+    """Reset the process's VmHWM to its RSS now (Linux), so VmHWM then reads the peak since."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 # --- report header -----------------------------------------------------------------------

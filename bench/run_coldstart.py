@@ -50,7 +50,15 @@ from typing import Any
 import httpx
 import numpy as np
 import onnx
-from harness import Daemon, command_line, infer_body, machine_line, spread
+from harness import (
+    Daemon,
+    command_line,
+    infer_body,
+    machine_line,
+    reset_peak,
+    spread,
+    status_bytes,
+)
 from harness import median_or_nan as median
 from onnx import TensorProto, helper, numpy_helper
 
@@ -302,13 +310,13 @@ def main() -> int:
             for path in paths:
                 unload(client, path.stem)
             time.sleep(1.0)  # let the allocator settle before the baseline (a measurement)
-            baseline = _rss(daemon.pid)
-            Path(f"/proc/{daemon.pid}/clear_refs").write_text("5")
+            baseline = status_bytes("VmRSS", daemon.pid) or 0
+            reset_peak(daemon.pid)
             evictions_before = client.get("/admin/status").json()["evictions"]
             for path in paths:
                 first_request_ms(client, path.stem, body)
             status = client.get("/admin/status").json()
-            peak = _hwm(daemon.pid)
+            peak = status_bytes("VmHWM", daemon.pid) or 0
     finally:
         daemon.stop_and_warn()
     states = {m["name"]: m["state"] for m in status["models"]}
@@ -382,21 +390,6 @@ def minilm_onnx(folder: Path, rounds: int) -> list[str]:
             f"| mapped, optimized graph (defaults) | {spread(served['minilm'], '.1f')} | "
             f"{spread(loaded['minilm'], '.1f')} |",
             f"| ratio (first request) | {ratio:.2f} | |", ""]
-
-
-def _rss(pid: int) -> int:
-    return _status_kib(pid, "VmRSS") * 1024
-
-
-def _hwm(pid: int) -> int:
-    return _status_kib(pid, "VmHWM") * 1024
-
-
-def _status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {key} for {pid}")
 
 
 if __name__ == "__main__":

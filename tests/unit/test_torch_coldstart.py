@@ -196,6 +196,16 @@ def _save_resnet(folder: Path) -> None:
     transformers.ResNetForImageClassification(config).eval().save_pretrained(str(folder))
 
 
+def assert_logits_as_from_pretrained(instance: Any, cls: Any, folder: Path,
+                                     pixels: np.ndarray) -> None:
+    """The instance's logits for `pixels` are exactly those of `cls.from_pretrained`."""
+    model = cls.from_pretrained(str(folder)).eval()
+    with torch.inference_mode():
+        expected = model(pixel_values=torch.from_numpy(pixels)).logits.numpy()
+    np.testing.assert_array_equal(instance.run_blocking({"pixel_values": pixels}, None)["logits"],
+                                  expected)
+
+
 @maps
 def test_buffers_saved_in_the_checkpoint_are_mapped_with_the_weights(
     loads: Any, tmp_path: Path,
@@ -207,11 +217,8 @@ def test_buffers_saved_in_the_checkpoint_are_mapped_with_the_weights(
     instance, via = loads(_spec(folder))
 
     assert via == "mmap"
-    model = transformers.ResNetForImageClassification.from_pretrained(str(folder)).eval()
-    with torch.inference_mode():
-        expected = model(pixel_values=torch.from_numpy(pixels)).logits.numpy()
-    np.testing.assert_array_equal(instance.run_blocking({"pixel_values": pixels}, None)["logits"],
-                                  expected)
+    assert_logits_as_from_pretrained(instance, transformers.ResNetForImageClassification, folder,
+                                     pixels)
 
 
 @maps
@@ -305,11 +312,8 @@ def test_a_model_whose_weights_transformers_converts_on_load_takes_from_pretrain
     instance, via = loads(_spec(folder))
 
     assert via == "from_pretrained"
-    model = transformers.ViTForImageClassification.from_pretrained(str(folder)).eval()
-    with torch.inference_mode():
-        expected = model(pixel_values=torch.from_numpy(pixels)).logits.numpy()
-    np.testing.assert_array_equal(instance.run_blocking({"pixel_values": pixels}, None)["logits"],
-                                  expected)
+    assert_logits_as_from_pretrained(instance, transformers.ViTForImageClassification, folder,
+                                     pixels)
 
 
 # --- the weights in memory ------------------------------------------------------------------

@@ -130,7 +130,8 @@ class MemoryManager:
         return sum(tenant.resident_on(device) for tenant in self._tenants())
 
     def free(self, device: str) -> int:
-        """What the budget of `device` has left beside the models and the load in progress."""
+        """What the budget of `device` has left beside the models, the load in progress and
+        background work."""
         device = self.device_key(device)
         return self.budgets[device] - self.used(device) - self.reserved(device)
 
@@ -182,10 +183,8 @@ class MemoryManager:
         async with lock:
             if evict:
                 await self._make_room(name, device, budget, peak, wait, colder_than)
-            elif (used := self.used(device) + self._side.get(device, 0)) + peak > budget:
-                raise MemoryExhausted(
-                    f"{format_bytes(peak)} for model {name!r} does not fit in the free room "
-                    f"on {device} ({format_bytes(budget - used)})", retry_after=5.0)
+            else:
+                self._only_free_room(name, device, peak)
             self._reserved[device] = (name, peak)
             try:
                 yield
@@ -198,17 +197,27 @@ class MemoryManager:
         (writing a cache entry): only free room, at once, and without holding up loads,
         which count it as used while it lasts. Raises MemoryExhausted when there is none."""
         device = self.device_key(device)
-        budget = self.budgets[device]
-        if self.used(device) + self.reserved(device) + needed > budget:
-            raise MemoryExhausted(
-                f"{format_bytes(needed)} for model {name!r} does not fit in the free room on "
-                f"{device} ({format_bytes(max(self.free(device), 0))})", retry_after=5.0)
+        self._only_free_room(name, device, needed)
         self._side[device] = self._side.get(device, 0) + needed
         try:
             yield
         finally:
             self._side[device] -= needed
             self._events.publish(SideRoomReleased(name, device, needed))
+
+    def _only_free_room(self, name: str, device: str, needed: int) -> None:
+        """Raise MemoryExhausted unless `needed` fits beside what models hold and what is
+        reserved (loads, background work) on `device`."""
+        free = self.free(device)
+        if needed > free:
+            raise MemoryExhausted(
+                f"{format_bytes(needed)} for model {name!r} does not fit in the free room on "
+                f"{device} ({format_bytes(max(free, 0))})", retry_after=5.0)
+
+    def _held(self, device: str) -> int:
+        """What models hold on `device` and background work has in its side room: what a
+        load must fit beside."""
+        return self.used(device) + self._side.get(device, 0)
 
     async def _make_room(
         self, name: str, device: str, budget: int, peak: int, wait: bool,
@@ -218,7 +227,7 @@ class MemoryManager:
         deadline = self._clock() + waits
         while True:
             changed = self._events.changed()  # taken before looking, so no release is missed
-            used = self.used(device) + self._side.get(device, 0)
+            used = self._held(device)
             missing = shortfall(used, peak, budget)
             if missing == 0:
                 return
@@ -271,7 +280,7 @@ class MemoryManager:
         return (
             f"not enough memory on {device} for model {name!r}: it needs "
             f"{format_bytes(peak)}, the budget is {format_bytes(budget)} and "
-            f"{format_bytes(used + side)} is held by {holders}"
+            f"{format_bytes(self._held(device))} is held by {holders}"
             + (f"; waited {waited:g}s for memory to be released" if waited is not None
                else "; an added replica does not wait for memory")
         )

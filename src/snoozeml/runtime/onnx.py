@@ -91,10 +91,9 @@ class OnnxBackend:
             build = self._buildable(spec)
             return LoadPlan("default", sizes.transient, background=build,
                             background_bytes=sizes.weights if build else 0)
-        packed = sum(slot.length for slot in entry.slots if slot.packed)
         # The graph twice (its protobuf, onnxruntime's graph) and the session's own structures.
         graph = 2 * entry.graph_bytes + SESSION_BYTES
-        return LoadPlan("mapped", graph + (packed if spec.prepack == "on" else 0),
+        return LoadPlan("mapped", graph + (entry.packed_bytes if spec.prepack == "on" else 0),
                         least=entry.weights_bytes)
 
     def background_blocking(self, spec: ModelConfig) -> None:

@@ -119,12 +119,17 @@ def _check_manifest(folder: Path, model: Path, manifest: dict[str, Any]) -> Entr
     weights_bytes = (folder / WEIGHTS).stat().st_size
     if graph_bytes != manifest["graph"]["size"] or weights_bytes != manifest["weights"]["size"]:
         raise CacheError("a file of the entry has the wrong size (half-written or truncated)")
-    slots = tuple(Slot(s["name"], int(s["type"]), tuple(s["shape"]), int(s["offset"]),
-                       int(s["length"]), bool(s["packed"])) for s in manifest["tensors"])
+    slots = _slots(manifest)
     for slot in slots:
         if slot.offset < 0 or slot.offset + slot.length > weights_bytes:
             raise CacheError(f"tensor {slot.name!r} lies outside weights.bin")
     return Entry(folder, slots, weights_bytes, graph_bytes)
+
+
+def _slots(manifest: dict[str, Any]) -> tuple[Slot, ...]:
+    """The manifest's tensor table."""
+    return tuple(Slot(t["name"], int(t["type"]), tuple(t["shape"]), int(t["offset"]),
+                      int(t["length"]), bool(t["packed"])) for t in manifest["tensors"])
 
 
 def _weights_identity(entry: Entry) -> tuple[str, int, int, int]:
@@ -220,10 +225,8 @@ def _optimize(folder: Path, manifest: dict[str, Any]) -> bool:
     which depend on the machine's instruction set, are left to each load."""
     work = folder / "optimized"
     final = folder / "final"
-    entry = Entry(folder, tuple(
-        Slot(t["name"], int(t["type"]), tuple(t["shape"]), int(t["offset"]), int(t["length"]),
-             bool(t["packed"])) for t in manifest["tensors"]),
-        manifest["weights"]["size"], manifest["graph"]["size"])
+    entry = Entry(folder, _slots(manifest), manifest["weights"]["size"],
+                  manifest["graph"]["size"])
     try:
         work.mkdir()
         final.mkdir()

@@ -45,3 +45,8 @@ class Entry:
     @property
     def weights(self) -> Path:
         return self.folder / WEIGHTS
+
+    @property
+    def packed_bytes(self) -> int:
+        """The bytes of the tensors a pre-packing session copies (see Slot.packed)."""
+        return sum(slot.length for slot in self.slots if slot.packed)

@@ -19,7 +19,7 @@ class MappedWeights:
 
     def __init__(self, entry: Entry) -> None:
         self.bytes = entry.weights_bytes
-        self.packed_bytes = sum(slot.length for slot in entry.slots if slot.packed)
+        self.packed_bytes = entry.packed_bytes
         self._packed = [(slot.offset, slot.length) for slot in entry.slots if slot.packed]
         self._map: mmap.mmap | None = None
         self.values: dict[str, ort.OrtValue] = {}

@@ -22,6 +22,8 @@ ValueInfoProto.name = 1; TensorProto.dims = 1, .data_type = 2, .name = 8, .raw_d
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import mmap
 import zlib
@@ -102,7 +104,14 @@ def _split(
     offset = 0
     graph = bytearray()
     buffer = bytearray(_CHUNK)
-    with weights_out.open("wb") as weights:
+    with contextlib.ExitStack() as files, weights_out.open("wb") as weights:
+        sources: dict[Path, io.BufferedReader] = {}  # each file opened once, however many tensors
+
+        def source_of(path: Path) -> io.BufferedReader:
+            if path not in sources:
+                sources[path] = files.enter_context(path.open("rb"))
+            return sources[path]
+
         for number, key_start, start, end in graph_fields:
             if number != _GRAPH_INITIALIZER:
                 graph += view[key_start:end]
@@ -121,7 +130,7 @@ def _split(
             if path is not None and path not in externals:
                 externals.append(path)
             # Read, not copied from the mapping: the mapping's pages would count in RSS.
-            crc = _copy_file(path or model, at, length, weights, buffer, crc)
+            crc = _copy(source_of(path or model), at, length, weights, buffer, crc)
             moved.append(Moved(tensor.name, tensor.data_type, tuple(tensor.dims), offset,
                                length))
             graph += _field(_GRAPH_INITIALIZER, _rewritten(view, tensor, offset, length))
@@ -298,17 +307,16 @@ def _entry(view: memoryview, start: int, end: int) -> tuple[str, str]:
 # --- copying ----------------------------------------------------------------------------------
 
 
-def _copy_file(path: Path, at: int, length: int, out: BinaryIO, buffer: bytearray,
-               crc: int) -> int:
-    with path.open("rb") as source:
-        source.seek(at)
-        remaining = length
-        view = memoryview(buffer)
-        while remaining:
-            read = source.readinto(view[:min(remaining, len(buffer))])
-            if not read:
-                raise SplitError(f"{path} ended {remaining} bytes early")
-            out.write(view[:read])
-            crc = zlib.crc32(view[:read], crc)
-            remaining -= read
+def _copy(source: io.BufferedReader, at: int, length: int, out: BinaryIO, buffer: bytearray,
+          crc: int) -> int:
+    source.seek(at)
+    remaining = length
+    view = memoryview(buffer)
+    while remaining:
+        read = source.readinto(view[:min(remaining, len(buffer))])
+        if not read:
+            raise SplitError(f"{source.name} ended {remaining} bytes early")
+        out.write(view[:read])
+        crc = zlib.crc32(view[:read], crc)
+        remaining -= read
     return crc
