@@ -82,6 +82,8 @@ def test_loading_a_loaded_model_and_unloading_an_unloaded_one_change_nothing(
     for _ in range(2):
         assert client.post("/v2/repository/models/beta/unload").status_code == 200
     assert index_of(client)["beta"]["state"] == "UNLOADED"
+    # The log arrives through a pipe the test reads on a thread: wait for the line, then count.
+    daemon.wait_for_log(r"model_unloaded model=beta ")
     assert len(re.findall(r"model_unloaded model=beta ", daemon.log())) == 1
 
 
