@@ -29,9 +29,11 @@ class Daemon:
         config: Path,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        wrap: Sequence[str] = (),
     ) -> None:
         self.config = config
         self.args = list(args)
+        self.wrap = list(wrap)  # a command the daemon runs under (setpriv ...)
         self.env = {**os.environ, **(env or {})}
         self.lines: list[str] = []
         self._cond = threading.Condition()
@@ -43,7 +45,7 @@ class Daemon:
     # --- process --------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> Daemon:
-        cmd = [sys.executable, "-m", "snoozeml", "serve", "-c", str(self.config),
+        cmd = [*self.wrap, sys.executable, "-m", "snoozeml", "serve", "-c", str(self.config),
                "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", *self.args]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env

@@ -88,7 +88,7 @@ path = "healthy.onnx"
                                    reference_session(broken).run(None, {"x": x})[0], **SERVED)
 
 
-def test_a_load_slower_than_load_timeout_gets_503_and_the_load_still_completes(
+def test_a_load_slower_than_load_timeout_is_cut_and_what_it_built_is_closed(
     serve: Any, big_model: Path
 ) -> None:
     daemon = serve(f"""
@@ -102,12 +102,15 @@ load_timeout = "1ms"
         response = client.post("/v2/models/big/infer", json=body)
 
         assert response.status_code == 503, response.text
-        assert "still loading" in response.json()["error"]
+        assert "load_timeout" in response.json()["error"]
         assert int(response.headers["retry-after"]) >= 1
-        # The load carries on without the impatient request and the model serves afterwards.
-        daemon.wait_for_log(r"model_loaded model=big ")
-        assert index_of(client)["big"]["state"] == "READY"
-        assert client.post("/v2/models/big/infer", json=body).status_code == 200
+        # The load was abandoned, not waited for: the model is FAILED with that reason, and
+        # the session its thread finished building afterwards is closed, never served.
+        daemon.wait_for_log(r"abandoned_load_ended model=big still_running=0")
+        entry = index_of(client)["big"]
+        assert entry["state"] == "FAILED"
+        assert "did not finish within load_timeout (0.001s)" in entry["reason"]
+        assert not [line for line in daemon.lines if "model_loaded model=big " in line]
 
 
 # --- Done means 6: invalid configurations stop `snooze serve` with exit code 2 -------------------

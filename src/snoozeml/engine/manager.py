@@ -57,6 +57,7 @@ class ModelManager:
             self.models[spec.name] = Model(spec, replicas, self.events, self.clock)
         self.autoscaler = Autoscaler(self.models.values(), self.events, self.clock)
         self._preloads: list[asyncio.Task[None]] = []
+        self._sizes: asyncio.Task[None] | None = None  # every model's, read once at start
 
     def get(self, name: str, version: str | None = None) -> Model:
         model = self.models.get(name)
@@ -73,7 +74,7 @@ class ModelManager:
         for model in self.models.values():
             if model.spec.preload or model.spec.replicas.min > 0:
                 self._preloads.append(asyncio.create_task(self._preload(model)))
-        self._preloads.append(asyncio.create_task(self._predict_sizes()))
+        self._sizes = asyncio.create_task(self._predict_sizes())
 
     async def _predict_sizes(self) -> None:
         for model in self.models.values():
@@ -95,6 +96,12 @@ class ModelManager:
     async def shutdown(self) -> None:
         """Stop scaling, unload every model (reason `shutdown`) and stop the loader threads."""
         await self.autoscaler.stop()
+        # The listeners have stopped, so nobody waits for a load any more: a load still
+        # running (one that hangs, say) must not hold the exit up to its load_timeout.
+        await asyncio.gather(*(model.abandon_load() for model in self.models.values()))
+        if self._sizes is not None:  # only for show; a file that hangs must not hold the exit
+            self._sizes.cancel()
+            await asyncio.wait({self._sizes})
         for task in self._preloads:
             if not task.done():
                 await asyncio.wait({task})

@@ -244,7 +244,8 @@ class Model:
                     self._awaiting_load -= 1  # the loop takes the lease without awaiting
             except TimeoutError:
                 raise LoadTimeout(
-                    f"model {self.name!r} is still loading after {timeout:g}s", retry_after=5.0
+                    f"model {self.name!r} is still loading after {timeout:g}s (its load_timeout)",
+                    retry_after=5.0
                 ) from None
             if aborted is not None:
                 raise aborted
@@ -298,6 +299,10 @@ class Model:
         except Exception as exc:
             self._fail_load(exc, self._clock.now() - started)
             return None
+        except asyncio.CancelledError:  # abandon_load, at shutdown
+            self._fail_load(LoadTimeout("the load was abandoned: the daemon is stopping"),
+                            self._clock.now() - started)
+            raise
         self._metadata = replace(replica.metadata, versions=self.versions)
         self._failures = 0
         self._error = None
@@ -314,6 +319,14 @@ class Model:
         self._error = exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
         self._move(Event.LOAD_FAILED)
         self._events.publish(LoadFailed(self.name, self._error, backoff, seconds))
+
+    async def abandon_load(self) -> None:
+        """At shutdown: a load still running is abandoned (its thread is left to finish and
+        close what it built, engine/deadline.py) rather than waited for up to load_timeout."""
+        task = self._load_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
 
     async def load(self) -> None:
         """Load now (an explicit request): a FAILED model is retried without its backoff.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -66,6 +67,13 @@ def load_instance_blocking(
     return instance, (max(peak - before, 0) if peak is not None else None)
 
 
+def close_abandoned_blocking(loaded: tuple[Instance, int | None]) -> None:
+    """An instance whose load finished after it was abandoned (load_timeout): nobody will
+    run it."""
+    loaded[0].close()
+    release_memory_blocking()
+
+
 def close_replica_blocking(replica: Replica) -> None:
     """After the batch loop stopped: wait for a run still on the worker, close the instance
     and hand its memory back to the OS."""
@@ -75,3 +83,20 @@ def close_replica_blocking(replica: Replica) -> None:
     except Exception as exc:  # a failing close must not keep the model half-unloaded
         log_event("model_close_failed", logging.WARNING, error=describe_exception(exc))
     release_memory_blocking()
+
+
+def cpu_replica_cap(spec: ModelConfig, cores: int) -> int | None:
+    """How many of the model's replicas may run on the CPU at once: as many as there are
+    cores, each with one intra-op thread (measured in docs/scaling.md: two one-thread sessions
+    run 1.7-1.9x the requests of one, a two-thread session fewer than a one-thread one).
+    None when the file sets `intra_op_threads`: the user's count wins, uncapped."""
+    if "intra_op_threads" in spec.model_fields_set:
+        return None
+    return max(1, cores)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,13 +28,17 @@ from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.batcher import Batcher, BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy, batching_blocker
 from snoozeml.engine.clock import Clock
+from snoozeml.engine.deadline import ModelFiles
 from snoozeml.engine.events import BatchingDisabled, EventBus, LoadFinished, LoadStarted
 from snoozeml.engine.memory import MemoryManager
 from snoozeml.engine.replica import (
     Replica,
     ReplicaState,
+    close_abandoned_blocking,
     close_replica_blocking,
+    cpu_replica_cap,
     load_instance_blocking,
+    usable_cores,
 )
 from snoozeml.engine.upgrades import Upgrades
 from snoozeml.errors import MemoryExhausted, describe_exception
@@ -49,23 +52,6 @@ class Placement:
 
     device: str  # the model's `device`, or one of `replicas.devices` ("auto", "cuda:1", ...)
     memory: str  # the budget it counts against ("cpu", "cuda:1")
-
-
-def cpu_replica_cap(spec: ModelConfig, cores: int) -> int | None:
-    """How many of the model's replicas may run on the CPU at once: as many as there are
-    cores, each with one intra-op thread (measured in docs/scaling.md: two one-thread sessions
-    run 1.7-1.9x the requests of one, a two-thread session fewer than a one-thread one).
-    None when the file sets `intra_op_threads`: the user's count wins, uncapped."""
-    if "intra_op_threads" in spec.model_fields_set:
-        return None
-    return max(1, cores)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
 
 
 class ReplicaSet:
@@ -108,6 +94,10 @@ class ReplicaSet:
         # Per load path: the bytes the last load on it held at its peak beyond its size.
         self._held_beyond: dict[str, int] = {}
         self._background: asyncio.Task[None] | None = None
+        # Every blocking call on the model's files is cut at load_timeout (engine/deadline.py).
+        self._files = ModelFiles(spec.name, spec.load_timeout if spec.load_timeout is not None
+                                 else 300.0, clock.now)
+        self._sizing: asyncio.Task[None] | None = None
 
     # --- routing -------------------------------------------------------------------------------
 
@@ -160,13 +150,17 @@ class ReplicaSet:
     async def predict_size(self) -> None:
         """Read the model's file sizes (off the loop) so its predicted size shows before the
         first load; a no-op once known."""
-        if self._sizes is None:
-            sizes = await asyncio.get_running_loop().run_in_executor(
-                self._loader, self._backend.file_sizes_blocking, self.spec
-            )
-            if self._sizes is None:
-                self._sizes = sizes
-                self.predicted_bytes = self._memory.predicted(self.spec, sizes)
+        if self._sizes is not None:
+            return
+        if self._sizing is None or self._sizing.done():  # one read at a time, shared
+            self._sizing = asyncio.get_running_loop().create_task(self._read_sizes())
+        await asyncio.shield(self._sizing)
+
+    async def _read_sizes(self) -> None:
+        sizes = await self._files.run("reading the model's files",
+                                      partial(self._backend.file_sizes_blocking, self.spec))
+        self._sizes = sizes
+        self.predicted_bytes = self._memory.predicted(self.spec, sizes)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -179,13 +173,13 @@ class ReplicaSet:
         assert self._sizes is not None
         placement = self._place()
         spec = self.spec.model_copy(update={"device": placement.device})
-        await loop.run_in_executor(self._loader, self._backend.prepare_blocking, spec)
+        await self._files.run("importing the model's code",
+                              partial(self._backend.prepare_blocking, spec))
         # The path this load takes decides its peak (runtime/onnx.py: a mapped load holds
         # only the graph beside the weights): the backend's prediction for it, or what the
         # last load on that path really held beyond its size, whichever is more.
-        plan = await loop.run_in_executor(
-            self._loader, self._backend.load_plan_blocking, spec, self._sizes
-        )
+        plan = await self._files.run("planning the load", partial(
+            self._backend.load_plan_blocking, spec, self._sizes))
         resident = max(self.measured_bytes or self.predicted_bytes or 0, plan.least)
         transient = max(plan.transient, self._held_beyond.get(plan.path, 0))
         index = self._next_index
@@ -265,21 +259,20 @@ class ReplicaSet:
     ) -> tuple[Instance, int, int | None]:
         """The instance, the memory it added on its device (admission holds the device
         against other loads meanwhile) and the host's peak during the load, when known."""
-        loop = asyncio.get_running_loop()
         probe = self._memory.probe
         before = probe.used(device)
+        deadline = self._clock.now() + self._files.load_timeout
+        load = partial(load_instance_blocking, self._backend, spec, probe, device)
         try:
-            instance, peak = await loop.run_in_executor(
-                self._loader, load_instance_blocking, self._backend, spec, probe, device
-            )
+            instance, peak = await self._files.run("the load", load, deadline,
+                                                   close_abandoned_blocking)
         except Exception as exc:
             if not self._backend.is_out_of_memory(exc):
                 raise
             await self._memory.relieve_oom(self.name, device, "load", describe_exception(exc))
             before = probe.used(device)  # after the evictions, not before them
-            instance, peak = await loop.run_in_executor(
-                self._loader, load_instance_blocking, self._backend, spec, probe, device
-            )
+            instance, peak = await self._files.run("the load", load, deadline,
+                                                   close_abandoned_blocking)
         return instance, max(probe.used(device) - before, 0), peak
 
     def _start(self, index: int, device: str, instance: Instance, measured: int) -> Replica:

@@ -51,7 +51,12 @@ def model_class(folder: Path, task: str | None) -> tuple[str, Any, Any]:
     module is what costs memory for good, so `prepare_blocking` calls this before the load is
     measured."""
     transformers = require("transformers")
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RuntimeError(f"{folder / 'config.json'} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise RuntimeError(f"{folder / 'config.json'} is not a JSON object")
     task = task or task_of(raw)
     config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
     auto = getattr(transformers, _AUTO_CLASSES[task])

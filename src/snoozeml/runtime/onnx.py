@@ -25,6 +25,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from snoozeml.config import ModelConfig
+from snoozeml.errors import describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import (
     FileSizes,
@@ -34,6 +35,7 @@ from snoozeml.runtime.base import (
 )
 from snoozeml.runtime.files import onnx_file_sizes_blocking
 from snoozeml.runtime.onnx_cache import CacheError, build_blocking, entry_key, find_blocking
+from snoozeml.runtime.onnx_diagnose import diagnose_blocking
 from snoozeml.runtime.onnx_entry import Entry
 from snoozeml.runtime.onnx_instance import OnnxInstance
 from snoozeml.runtime.onnx_mapped import MappedWeights
@@ -163,9 +165,16 @@ class OnnxBackend:
                 log_event("onnx_cache_unusable", logging.WARNING, model=spec.name,
                           error=f"{type(exc).__name__}: {exc}")
         # Without mapped weights there is nothing to upgrade from: "auto" pre-packs at load.
-        session = ort.InferenceSession(str(spec.path),
-                                       sess_options=_options(spec, spec.prepack != "off"),
-                                       providers=providers)
+        try:
+            session = ort.InferenceSession(str(spec.path),
+                                           sess_options=_options(spec, spec.prepack != "off"),
+                                           providers=providers)
+        except Exception as exc:
+            problem = None if looks_out_of_memory(exc) else diagnose_blocking(spec.path)
+            if problem is None:
+                raise
+            raise RuntimeError(f"{spec.path}: {problem}; onnxruntime: "
+                               f"{describe_exception(exc)}") from exc
         return OnnxInstance(spec.name, session)
 
     def _entry_blocking(self, spec: ModelConfig) -> Entry | None:

@@ -86,6 +86,45 @@ def split_blocking(
             view.release()
 
 
+@dataclass(frozen=True, slots=True)
+class ExternalData:
+    """A main-graph initializer's bytes in another file, as the model says."""
+
+    tensor: str
+    location: str
+    offset: int
+    length: int | None  # None: the model leaves it to the tensor's shape
+    dims: tuple[int, ...]
+    data_type: int
+
+
+def external_data_blocking(model: Path) -> list[ExternalData]:
+    """The main graph's initializers whose data the model says is in other files."""
+    with model.open("rb") as source, \
+            mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        try:
+            found = []
+            for number, _, start, end in _fields(view, 0, len(view)):
+                if number != _MODEL_GRAPH:
+                    continue
+                for field_number, _, t_start, t_end in _fields(view, start, end):
+                    if field_number != _GRAPH_INITIALIZER:
+                        continue
+                    tensor = _tensor(view, t_start, t_end)
+                    if tensor.location != _EXTERNAL:
+                        continue
+                    length = tensor.external.get("length")
+                    found.append(ExternalData(
+                        tensor.name, tensor.external.get("location", ""),
+                        int(tensor.external.get("offset", "0") or 0),
+                        int(length) if length else None, tuple(tensor.dims),
+                        tensor.data_type))
+            return found
+        finally:
+            view.release()
+
+
 def _split(
     view: memoryview, model: Path, graph_out: Path, weights_out: Path,
     storage: dict[int, int], align: int, min_bytes: int,

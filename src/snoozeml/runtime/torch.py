@@ -62,10 +62,18 @@ class TorchBackend:
     def load_blocking(self, spec: ModelConfig) -> HuggingFaceInstance | StateDictInstance:
         if spec.intra_op_threads > 0:
             torch.set_num_threads(spec.intra_op_threads)  # process-wide in PyTorch
-        if spec.path.is_dir():
-            self._check_folder(spec.path)
-            return HuggingFaceInstance(spec)
-        return StateDictInstance(spec)
+        try:
+            if spec.path.is_dir():
+                self._check_folder(spec.path)
+                return HuggingFaceInstance(spec)
+            return StateDictInstance(spec)
+        except Exception as exc:
+            # safetensors' own errors ("incomplete metadata, file not fully covered") name
+            # no file; a folder may hold several.
+            if type(exc).__name__ != "SafetensorError":
+                raise
+            raise RuntimeError(f"{_weights_named(spec.path)}: not a valid safetensors file: "
+                               f"{exc}") from exc
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """An allocator's failure, or torch's OutOfMemoryError (torch.cuda's in older torch,
@@ -79,3 +87,10 @@ class TorchBackend:
     def _check_folder(folder: Path) -> None:
         if not (folder / "config.json").is_file():
             raise RuntimeError(f"{folder} has no config.json (a Hugging Face folder needs one)")
+
+
+def _weights_named(path: Path) -> Path:
+    """The safetensors file a model's path stands for (a folder's own, when it has one)."""
+    if path.is_dir() and (path / "model.safetensors").is_file():
+        return path / "model.safetensors"
+    return path
