@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from snoozeml.config_auth import AuthConfig, check_auth, resolve_paths
+from snoozeml.config_env import apply_env
 from snoozeml.config_lines import describe, dotted, index_lines, line_of, problem_line
 from snoozeml.errors import ConfigError
 from snoozeml.units import parse_duration, parse_size
@@ -98,6 +99,10 @@ class ReplicasConfig(ReplicaDefaults):
     devices: list[StrictStr] = []
 
 
+# gRPC takes durations in milliseconds, as a C int: about 24.8 days at most.
+GrpcDuration = Annotated[Duration, Field(gt=0, le=(2**31 - 1) / 1000)]
+
+
 class ServerConfig(_Section):
     # Strict types: TOML has real booleans and integers, so `port = true` or `preload = "yes"`
     # is a mistake to report, not a value to coerce.
@@ -111,6 +116,19 @@ class ServerConfig(_Section):
     # gRPC takes the limit as a C int: 2 GiB - 1 at most, and 0 would refuse every message.
     grpc_max_message_size: Size = Field(default=64 * 1024 * 1024, ge=1, le=2**31 - 1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # What one HTTP client may hold (api/http_limits.py, docs/security.md#connection-limits).
+    max_header_size: Size = 16 * 1024  # the header lines of one request; past it, 431
+    max_request_line: Size = 8 * 1024  # the request target; past it, 414
+    max_connections: StrictInt = Field(default=1024, ge=1)  # the next one gets 503
+    keep_alive_timeout: Duration = Field(default=5.0, gt=0)  # an idle connection closes
+    header_timeout: Duration = Field(default=10.0, gt=0)  # first byte to end of headers, or 408
+    body_timeout: Duration = Field(default=60.0, gt=0)  # end of headers to end of body, or 408
+    # The same for gRPC, as grpc core channel arguments (api/grpc.py), which are C ints.
+    grpc_max_metadata_size: Size = Field(default=16 * 1024, le=2**31 - 1)
+    grpc_max_concurrent_streams: StrictInt = Field(default=100, ge=1, le=2**31 - 1)
+    grpc_keepalive_time: GrpcDuration = 60.0  # the server pings every connection this often
+    grpc_keepalive_timeout: GrpcDuration = 20.0  # and drops it when a ping has no answer by then
+    grpc_keepalive_min_time: GrpcDuration = 10.0  # pinged more often: GOAWAY (too_many_pings)
     # Load-ready copies of ONNX weights (runtime/onnx_cache.py); None: the user's cache folder.
     cache_dir: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
     memory: MemoryConfig = MemoryConfig()
@@ -180,49 +198,6 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "snoozeml"
 
 
-# --- environment overrides -------------------------------------------------------------
-
-_ENV_KEYS: dict[str, tuple[str, ...]] = {
-    "SNOOZE_HOST": ("host",),
-    "SNOOZE_HTTP_PORT": ("http_port",),
-    "SNOOZE_GRPC_PORT": ("grpc_port",),
-    "SNOOZE_IDLE_TIMEOUT": ("idle_timeout",),
-    "SNOOZE_LOAD_TIMEOUT": ("load_timeout",),
-    "SNOOZE_DRAIN_TIMEOUT": ("drain_timeout",),
-    "SNOOZE_MAX_REQUEST_SIZE": ("max_request_size",),
-    "SNOOZE_GRPC_MAX_MESSAGE_SIZE": ("grpc_max_message_size",),
-    "SNOOZE_LOG_LEVEL": ("log_level",),
-    "SNOOZE_CACHE_DIR": ("cache_dir",),
-    "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
-    "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),
-    "SNOOZE_MEMORY_WAIT": ("memory", "memory_wait"),
-    "SNOOZE_MIN_RESIDENCY": ("memory", "min_residency"),
-}
-
-
-def _apply_env(server: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
-    """Write SNOOZE_* values into the raw [server] table; returns key path -> variable name."""
-    origins: dict[str, str] = {}
-    for var, path in _ENV_KEYS.items():
-        if var not in environ:
-            continue
-        table = server
-        for part in path[:-1]:
-            inner = table.get(part)
-            if not isinstance(inner, dict):
-                inner = {}
-                table[part] = inner
-            table = inner
-        value: Any = environ[var]
-        if path[-1] == "log_level":
-            value = value.lower()
-        elif path[-1] in ("http_port", "grpc_port") and value.strip().isdigit():
-            value = int(value)  # a port from the environment is text; the file's is an integer
-        table[path[-1]] = value
-        origins[".".join(("server", *path))] = var
-    return origins
-
-
 # --- loading ---------------------------------------------------------------------------
 
 
@@ -274,7 +249,7 @@ def parse_config(
         server_raw = dict(server_raw)
         if isinstance(server_raw.get("memory"), dict):
             server_raw["memory"] = dict(server_raw["memory"])
-        origins = _apply_env(server_raw, environ)
+        origins = apply_env(server_raw, environ)
         raw = {**raw, "server": server_raw}
     config: Config | None = None
     try:

@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import resource
 import signal
 import socket
 
@@ -20,7 +21,8 @@ import uvicorn
 
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.fastpath import InferenceRoute
-from snoozeml.api.grpc import create_grpc_server
+from snoozeml.api.grpc_server import create_grpc_server
+from snoozeml.api.http_limits import HttpLimits, limited_protocol
 from snoozeml.api.metrics import Metrics
 from snoozeml.api.rest import create_app
 from snoozeml.auth import Authenticator
@@ -72,7 +74,14 @@ class Daemon:
         )
         self._http = uvicorn.Server(uvicorn.Config(
             app,
-            http="httptools",
+            http=limited_protocol(HttpLimits(
+                max_header_size=server.max_header_size,
+                max_request_line=server.max_request_line,
+                max_connections=server.max_connections,
+                keep_alive_timeout=server.keep_alive_timeout,
+                header_timeout=server.header_timeout,
+                body_timeout=server.body_timeout,
+            )),
             lifespan="off",
             log_config=None,
             log_level="warning",
@@ -138,6 +147,7 @@ class Daemon:
                       error=exc.strerror or str(exc))
             return 1
         self.http_port = sock.getsockname()[1]
+        _fit_open_files(server.max_connections)
         # Listening now holds the port, so a gRPC port equal to it (or taken by anyone else) is
         # refused here with the OS's own words; grpcio only says "Failed to bind" (and prints a
         # C-core line to stderr).
@@ -151,8 +161,7 @@ class Daemon:
                           error=exc.strerror or str(exc))
                 return 1
         # grpc.aio binds to the running loop when created, so it is built here.
-        self._grpc = grpc_server = create_grpc_server(self.service, self.boundary,
-                                                     server.grpc_max_message_size)
+        self._grpc = grpc_server = create_grpc_server(self.service, self.boundary, server)
         try:
             self.grpc_port = grpc_server.add_insecure_port(_grpc_address(server.host,
                                                                         server.grpc_port))
@@ -182,6 +191,30 @@ class Daemon:
             await self.manager.shutdown()
             log_event("server_stopped")
         return 0
+
+
+# Descriptors besides the HTTP connections: gRPC's, model files, the loop's own.
+_OTHER_FILES = 256
+
+
+def _fit_open_files(max_connections: int) -> None:
+    """Raise the soft limit on open files towards the hard one, so that max_connections is
+    reached before the process runs out of descriptors (which would fail accepts, gRPC and
+    model loads alike); say so when the hard limit is too low for it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + _OTHER_FILES
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    except (ValueError, OSError):
+        pass
+    if soft < wanted:
+        log_event("open_files_low", logging.WARNING, limit=soft, max_connections=max_connections,
+                  detail=f"max_connections needs about {wanted} open files; raise the limit "
+                  "(ulimit -n, LimitNOFILE=) or lower max_connections")
 
 
 def _warn_if_open(auth: Authenticator, host: str) -> None:

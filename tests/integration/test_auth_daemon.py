@@ -90,6 +90,12 @@ class Keys:
 
 def auth_config(keys: Keys, model: Path, spare: Path) -> str:
     return f"""
+[server]
+# Room for a credential longer than auth's own 16 KiB, so that auth refuses it (401), not
+# the header limit (431) or gRPC's metadata limit (RESOURCE_EXHAUSTED).
+max_header_size = "256KiB"
+grpc_max_metadata_size = "256KiB"
+
 [auth]
 api_keys = [
     {keys.entries},

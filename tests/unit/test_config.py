@@ -754,3 +754,84 @@ def test_disabled_auth_needs_none_of_its_secrets(tmp_path: Path) -> None:
     auth = load_config(path, {}).auth
     assert auth is not None
     assert auth.enabled is False
+
+
+# --- connection and header limits ([server], issue 15) ----------------------------------------
+
+
+def test_connection_limits_have_safe_defaults(tmp_path: Path) -> None:
+    server = load_config(write(tmp_path, ""), {}).server
+    assert server.max_header_size == 16 * 1024
+    assert server.max_request_line == 8 * 1024
+    assert server.max_connections == 1024
+    assert server.keep_alive_timeout == 5.0
+    assert server.header_timeout == 10.0
+    assert server.body_timeout == 60.0
+    assert server.grpc_max_metadata_size == 16 * 1024
+    assert server.grpc_max_concurrent_streams == 100
+    assert server.grpc_keepalive_time == 60.0
+    assert server.grpc_keepalive_timeout == 20.0
+    assert server.grpc_keepalive_min_time == 10.0
+
+
+def test_connection_limits_take_units_and_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        max_header_size = "32KiB"
+        max_request_line = 4096
+        max_connections = 64
+        keep_alive_timeout = "750ms"
+        header_timeout = "3s"
+        body_timeout = "2m"
+        grpc_max_metadata_size = "1MiB"
+        grpc_max_concurrent_streams = 16
+        grpc_keepalive_time = "30s"
+        grpc_keepalive_timeout = "5s"
+        grpc_keepalive_min_time = "1m"
+    """)
+    server = load_config(path, {}).server
+    assert (server.max_header_size, server.max_request_line) == (32 * 1024, 4096)
+    assert server.max_connections == 64
+    assert (server.keep_alive_timeout, server.header_timeout, server.body_timeout) == (
+        0.75, 3.0, 120.0)
+    assert (server.grpc_max_metadata_size, server.grpc_max_concurrent_streams) == (2**20, 16)
+    assert (server.grpc_keepalive_time, server.grpc_keepalive_timeout,
+            server.grpc_keepalive_min_time) == (30.0, 5.0, 60.0)
+    server = load_config(path, {
+        "SNOOZE_MAX_CONNECTIONS": "8", "SNOOZE_GRPC_MAX_CONCURRENT_STREAMS": "4",
+        "SNOOZE_HEADER_TIMEOUT": "2", "SNOOZE_MAX_HEADER_SIZE": "8KiB",
+        "SNOOZE_GRPC_KEEPALIVE_MIN_TIME": "20s",
+    }).server
+    assert (server.max_connections, server.grpc_max_concurrent_streams) == (8, 4)
+    assert (server.header_timeout, server.max_header_size) == (2.0, 8 * 1024)
+    assert server.grpc_keepalive_min_time == 20.0
+
+
+@pytest.mark.parametrize(("line", "wanted"), [
+    ("max_header_size = 0", "greater than or equal to 1"),
+    ("max_request_line = \"0B\"", "greater than or equal to 1"),
+    ("max_connections = 0", "greater than or equal to 1"),
+    ("max_connections = \"100\"", "must be an integer"),
+    ("keep_alive_timeout = \"0s\"", "greater than 0"),
+    ("header_timeout = 0", "greater than 0"),
+    ("body_timeout = \"soon\"", "invalid duration 'soon'"),
+    ("grpc_max_metadata_size = \"2GiB\"", "less than or equal to 2147483647"),
+    ("grpc_max_concurrent_streams = 0", "greater than or equal to 1"),
+    ("grpc_keepalive_time = \"25d\"", "invalid duration"),
+    ("grpc_keepalive_timeout = \"1000h\"", "less than or equal to 2147483.647"),
+    ("grpc_keepalive_min_time = 0", "greater than 0"),
+])
+def test_a_connection_limit_out_of_range_names_the_key_and_the_line(
+    tmp_path: Path, line: str, wanted: str
+) -> None:
+    path = write(tmp_path, f"[server]\n{line}\n")
+    (problem,) = problems_of(path)
+    key = line.split(" = ")[0]
+    assert problem.startswith(f"{path}:2: server.{key}: "), problem
+    assert wanted in problem, problem
+
+
+def test_a_bad_connection_limit_from_the_environment_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({}, environ={"SNOOZE_MAX_CONNECTIONS": "many"})
+    assert "server.max_connections (from $SNOOZE_MAX_CONNECTIONS)" in str(caught.value)

@@ -18,10 +18,15 @@ from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from snoozeml.api.boundary import Call, RequestBoundary
-from snoozeml.api.grpc_codec import decode_grpc_request, encode_grpc_response, metadata_proto
+from snoozeml.api.grpc_codec import (
+    Malformed,
+    decode_grpc_request,
+    encode_grpc_response,
+    metadata_proto,
+)
 from snoozeml.api.statistics import statistics_proto
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import ModelNotFound
@@ -36,12 +41,29 @@ Context = grpc.aio.ServicerContext[Any, Any]
 Handler = Callable[[Any, Request, Context], Awaitable[Response]]
 
 # Messages travel in the trailers, which grpcio clients cap (8 KiB by default); a message that
-# repeats a client's 20,000-character model name would turn into RESOURCE_EXHAUSTED.
-MAX_MESSAGE = 2000
+# repeats a client's 20,000-character model name would turn into RESOURCE_EXHAUSTED. They
+# travel percent-encoded: a byte outside printable ASCII takes three, so 2,000 emoji would be
+# 24,000 bytes, past even the 16 KiB a client refuses outright.
+MAX_MESSAGE = 2000  # characters
+MAX_MESSAGE_BYTES = 6000  # percent-encoded
+
+
+def _encoded_size(text: str) -> int:
+    return sum(1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3
+               for byte in text.encode("utf-8", "replace"))
 
 
 def _fits_trailers(message: str) -> str:
-    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+    if len(message) <= MAX_MESSAGE and _encoded_size(message) <= MAX_MESSAGE_BYTES:
+        return message
+    room = MAX_MESSAGE_BYTES - _encoded_size("…")
+    kept = 0
+    for char in message[: MAX_MESSAGE - 1]:
+        room -= _encoded_size(char)
+        if room < 0:
+            break
+        kept += 1
+    return message[:kept] + "…"
 
 
 def _credentials(context: Context) -> tuple[str | None, str | None]:
@@ -93,9 +115,13 @@ def rpc(
     def decorate(method: Handler[Request, Response]) -> Handler[Request, Response]:
         @functools.wraps(method)
         async def bounded(self: Any, request: Request, context: Context) -> Response:
+            malformed = isinstance(request, Malformed)  # no model to name: it did not parse
             call = self.boundary.begin(operation, "grpc",
-                                       (model(request) or None) if model else None)
+                                       (model(request) or None) if model and not malformed
+                                       else None)
             async with _ending(call, context):
+                if isinstance(request, Malformed):
+                    raise request.error
                 reply = await method(self, request, context)
             return reply
 
@@ -222,8 +248,12 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
 
     @opens_its_own_call(Operation.HEALTH)
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
-        call = self.boundary.begin(Operation.HEALTH, "grpc", request.service or None)
+        malformed = isinstance(request, Malformed)
+        call = self.boundary.begin(Operation.HEALTH, "grpc",
+                                   None if malformed else request.service or None)
         async with _ending(call, context):
+            if isinstance(request, Malformed):
+                raise request.error
             await self._watch(request.service, context)
 
     async def _watch(self, name: str, context: Any) -> None:
@@ -257,43 +287,14 @@ class ReflectionServicer(reflection.aio.ReflectionServicer):  # type: ignore[mis
     ) -> AsyncIterator[reflection_pb2.ServerReflectionResponse]:
         call = self.boundary.begin(Operation.REFLECTION, "grpc")
         async with _ending(call, context):
-            async for response in super().ServerReflectionInfo(request_iterator, context):
+            requests = _parsed(request_iterator)
+            async for response in super().ServerReflectionInfo(requests, context):
                 yield response
 
 
-def _reflection_pool() -> Any:
-    """Our descriptors live in a private pool (see `make proto`); reflection answers from it,
-    so the health and reflection services' own files are added there too."""
-    pool = pb.DESCRIPTOR.pool
-    for file in (health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR):
-        try:
-            pool.FindFileByName(file.name)
-        except KeyError:
-            pool.AddSerializedFile(file.serialized_pb)
-    return pool
-
-
-def create_grpc_server(
-    service: InferenceService, boundary: RequestBoundary, max_message_size: int
-) -> grpc.aio.Server:
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", max_message_size),
-        ("grpc.max_send_message_length", max_message_size),
-        ("grpc.so_reuseport", 0),
-        # Room for a credential too long to be one, so that it is refused as invalid
-        # (UNAUTHENTICATED) rather than by gRPC's own 8 KiB limit on metadata.
-        ("grpc.max_metadata_size", 256 * 1024),
-    ])
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        InferenceServicer(service, boundary, max_message_size), server
-    )
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(service, boundary), server)
-    names = (
-        pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
-        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        reflection.SERVICE_NAME,
-    )
-    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-        ReflectionServicer(names, _reflection_pool(), boundary), server
-    )
-    return server
+async def _parsed(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A stream's requests, failing at the first one that did not parse."""
+    async for request in requests:
+        if isinstance(request, Malformed):
+            raise request.error
+        yield request

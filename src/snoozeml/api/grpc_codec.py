@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from snoozeml.api.binary import array_to_raw, raw_to_array
 from snoozeml.api.codec import (
@@ -43,6 +44,35 @@ CONTENTS_FIELD: dict[str, str] = {
     "BYTES": "bytes_contents",
 }
 _ALL_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
+
+
+class Malformed:
+    """What a request that is no valid message parses to: handed to the servicer in its
+    place, so that it is answered INVALID_ARGUMENT inside the request boundary. grpcio answers
+    an exception of the deserializer UNKNOWN, and logs its traceback."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: InvalidInput) -> None:
+        self.error = error
+
+
+def parse_or_malformed(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """`parse` (a message class's FromString), returning Malformed for bytes that are not
+    such a message."""
+    message_class = getattr(parse, "__self__", None)
+    descriptor = getattr(message_class, "DESCRIPTOR", None)
+    what = f"{descriptor.full_name} message" if descriptor is not None else "protobuf message"
+
+    def parse_request(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError:
+            return Malformed(InvalidInput(
+                f"the request is not a valid {what} ({len(data)} bytes that do not parse)"))
+
+    return parse_request
+
 
 def parameters_from_proto(params: Mapping[str, Any]) -> Parameters:
     decoded: Parameters = {}
