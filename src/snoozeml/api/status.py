@@ -1,11 +1,17 @@
 """`/admin/status` as JSON: the engine's typed snapshot, serialised (timestamps as ISO 8601 UTC
-with milliseconds, durations as numbers). The monitor reads this."""
+with milliseconds, durations as numbers), and the process's own resources read at that moment.
+The monitor reads this; so does `bench/soak.py`, for the asyncio tasks no outside tool sees."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from typing import Any
 
+import psutil
+
+from snoozeml.engine.probes import process_rss
 from snoozeml.engine.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
@@ -34,7 +40,45 @@ def status_json(snapshot: StatusSnapshot) -> dict[str, Any]:
             for e in snapshot.recent_events
         ],
         "models": [_model(model) for model in snapshot.models],
+        "process": process_json(),
     }
+
+
+def process_json() -> dict[str, Any]:
+    """The daemon process's resources now: cheap reads of /proc (tens of microseconds), so a
+    leak shows in `/admin/status` polled over hours. `asyncio_tasks` counts the running event
+    loop's unfinished tasks, the one answering this request included; it is None when called
+    off the loop (only the loop's own thread can count its tasks)."""
+    try:
+        tasks: int | None = len(asyncio.all_tasks())
+    except RuntimeError:  # no running event loop in this thread
+        tasks = None
+    return {
+        "pid": os.getpid(),
+        "rss_bytes": process_rss(),
+        "open_fds": _open_fds(),
+        "threads": _threads(),
+        "asyncio_tasks": tasks,
+    }
+
+
+def _open_fds() -> int | None:
+    try:
+        # Listing the folder opens one descriptor of its own, which is not the daemon's.
+        return len(os.listdir("/proc/self/fd")) - 1
+    except OSError:
+        pass
+    try:
+        return psutil.Process().num_fds()
+    except (AttributeError, psutil.Error):  # no such count on this platform
+        return None
+
+
+def _threads() -> int | None:
+    try:
+        return psutil.Process().num_threads()
+    except psutil.Error:
+        return None
 
 
 def _device(device: DeviceSnapshot) -> dict[str, Any]:

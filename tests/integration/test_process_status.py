@@ -1,0 +1,60 @@
+"""The `process` section of /admin/status: the daemon's own RSS, descriptors, threads and
+asyncio tasks, read on its event loop (what bench/soak.py watches for leaks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from daemon import Daemon
+from onnx_models import write_mlp
+
+from snoozeml.api.status import process_json
+
+CONFIG = """
+[[models]]
+name = "mlp"
+path = "mlp.onnx"
+preload = true
+"""
+
+
+def _process(client: httpx.Client) -> dict[str, Any]:
+    response = client.get("/admin/status")
+    assert response.status_code == 200
+    section: dict[str, Any] = response.json()["process"]
+    return section
+
+
+def test_status_reports_the_daemons_own_resources(serve: Any, tmp_path: Path) -> None:
+    write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
+    daemon: Daemon = serve(CONFIG)
+    with httpx.Client(base_url=daemon.url, timeout=30) as client:
+        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                            "data": [0.1, 0.2, 0.3, 0.4]}]}
+        assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+        process = _process(client)
+
+    assert set(process) == {"pid", "rss_bytes", "open_fds", "threads", "asyncio_tasks"}
+    assert process["pid"] == daemon.pid
+    # At least the task answering this request, and the listeners' own.
+    assert process["asyncio_tasks"] >= 1
+    outside = psutil.Process(daemon.pid)
+    assert process["threads"] >= 1
+    assert process["threads"] <= outside.num_threads() + 16  # onnxruntime and gRPC come and go
+    # The listening sockets, this client's connection and the log pipe at least; the count
+    # leaves out the descriptor it opens to list them, so it is what psutil sees from outside.
+    assert process["open_fds"] >= 3
+    assert abs(process["open_fds"] - outside.num_fds()) <= 1  # give or take this connection
+    rss = outside.memory_info().rss
+    assert 0.5 * rss < process["rss_bytes"] < 2 * rss
+
+
+def test_process_section_off_the_event_loop_has_no_task_count() -> None:
+    process = process_json()
+    assert process["asyncio_tasks"] is None  # only the loop's thread can count its tasks
+    assert process["rss_bytes"] > 0
+    assert process["threads"] >= 1
+    assert process["open_fds"] > 0
