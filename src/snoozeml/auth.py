@@ -82,6 +82,7 @@ REQUIRED_ROLE: Mapping[Operation, str | None] = {
     Operation.REFLECTION: "readonly",
     Operation.MODEL_STATS: "readonly",
     Operation.METRICS: "readonly",
+    Operation.OPENAPI: "readonly",
     Operation.INFER: "inference",
     Operation.REPOSITORY_LOAD: "admin",
     Operation.REPOSITORY_UNLOAD: "admin",

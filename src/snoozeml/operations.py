@@ -33,6 +33,7 @@ class Operation(StrEnum):
     REFLECTION = "reflection"  # gRPC server reflection
     MODEL_STATS = "model_stats"  # Triton's statistics extension
     METRICS = "metrics"  # Prometheus text format
+    OPENAPI = "openapi"  # the OpenAPI document of the HTTP API
 
 
 class Access(StrEnum):
@@ -105,6 +106,7 @@ OPERATIONS: Mapping[Operation, OperationSpec] = {
         _get("/v2/models/stats", "/v2/models/{name}/stats", _VERSIONED + "/stats"),
         (_OIP + "ModelStatistics",)),
     Operation.METRICS: OperationSpec(Access.READ, False, _get("/metrics")),
+    Operation.OPENAPI: OperationSpec(Access.READ, False, _get("/openapi.json")),
 }
 
 

@@ -21,6 +21,7 @@ from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http_body import ClientGone, read_body, scope_credentials
 from snoozeml.api.metrics import Metrics
+from snoozeml.api.openapi import document
 from snoozeml.api.statistics import statistics_json
 from snoozeml.api.status import status_json
 from snoozeml.datatypes import TensorSpec
@@ -52,6 +53,7 @@ def handlers(
     service: InferenceService, max_request_size: int, metrics: Metrics | None = None
 ) -> dict[Operation, Endpoint]:
     """One endpoint per operation served by FastAPI (`metrics` None: /metrics is off)."""
+    openapi_json = orjson.dumps(document())  # built once: it describes the code, not the config
 
     async def live(request: Request) -> Response:
         return json_response({"live": True})
@@ -110,6 +112,9 @@ def handlers(
                                  404)
         return Response(await metrics.scrape(), media_type=metrics.content_type)
 
+    async def openapi(request: Request) -> Response:
+        return Response(openapi_json, media_type=JSON)
+
     async def model_stats(request: Request) -> Response:
         params = request.path_params  # no name: every model (GET /v2/models/stats)
         return json_response(statistics_json(
@@ -127,6 +132,7 @@ def handlers(
         Operation.ADMIN_STATUS: admin_status,
         Operation.METRICS: metrics_text,
         Operation.MODEL_STATS: model_stats,
+        Operation.OPENAPI: openapi,
     }
 
 
