@@ -42,10 +42,24 @@ class _Formatter(logging.Formatter):
         return line
 
 
+class _GrpcAnswerToNobody(logging.Filter):
+    """grpcio's asyncio server logs ERROR with a traceback when it cannot send the answer of a
+    call its client has just cancelled, or whose deadline has just passed (grpc/grpc#32551):
+    nothing failed but the client's patience. It becomes one debug event."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("grpc") and "ExecuteBatchError" in record.getMessage():
+            log_event("grpc_answer_undelivered", logging.DEBUG,
+                      detail="the client cancelled the call, or its deadline passed")
+            return False
+        return True
+
+
 def configure_logging(level: str) -> None:
     """Send SnoozeML's events to stderr at `level`; quieten chatty libraries."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
+    handler.addFilter(_GrpcAnswerToNobody())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 from daemon import Daemon
 from onnx_models import write_mlp
 
@@ -58,3 +59,20 @@ def test_process_section_off_the_event_loop_has_no_task_count() -> None:
     assert process["rss_bytes"] > 0
     assert process["threads"] >= 1
     assert process["open_fds"] > 0
+
+
+def test_the_daemon_keeps_no_onnxruntime_telemetry_queue_open(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime 1.32 opens a telemetry database at import unless ORT_DISABLE_TELEMETRY is
+    set; the daemon sets it itself (importing snoozeml here set it for this process too)."""
+    monkeypatch.delenv("ORT_DISABLE_TELEMETRY", raising=False)
+    write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
+    daemon: Daemon = serve(CONFIG)
+    with httpx.Client(base_url=daemon.url, timeout=30) as client:
+        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                            "data": [0.1, 0.2, 0.3, 0.4]}]}
+        assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+        files = [f.path for f in psutil.Process(daemon.pid).open_files()]
+
+    assert not [path for path in files if ".onnxruntime" in path or "Microsoft" in path]
