@@ -36,7 +36,7 @@ test: $(STAMP) lint typecheck
 # times the examples, fresh random cases on each run (the seeds are printed), concurrent HTTP.
 FUZZ_EXAMPLES ?= 20
 fuzz: $(STAMP)
-	SNOOZE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -q -s \
+	SNOOZE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -q -s --timeout 0 \
 		tests/integration/test_fuzz_*.py
 
 clean:
