@@ -9,6 +9,9 @@
   embedding-sized output, 1x384 FP32 per row).
 - :func:`write_image_mean`: the protocol benchmark's large-input model, the mean of each image
   of a [batch, 3, 224, 224] FP32 input (64 images are about 38 MB in, 256 bytes out).
+- :func:`write_null`: one Relu, ``x`` [batch, width] -> ``y`` [batch, width]: a model whose
+  run costs next to nothing, so serving it measures the daemon alone (the throughput benchmark
+  sets it beside an MLP of the same widths).
 - :func:`write_lookup_table`: the memory benchmark's model, a Gather from a random FP32 table
   of a chosen size (about 100 MiB there): big to load, almost free to run.
 
@@ -114,6 +117,18 @@ def write_image_mean(path: Path, image: Sequence[int] = IMAGE_SHAPE) -> Path:
         "image_mean",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *image])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])],
+    )
+    return _save(graph, path)
+
+
+def write_null(path: Path, width: int) -> Path:
+    """``x`` FP32 [batch, width] -> Relu -> ``y`` FP32 [batch, width]: the cheapest model with
+    the same input and output sizes as a real one."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        f"null_{width}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
     )
     return _save(graph, path)
 

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Installs the load generators the HTTP benchmark uses (wrk; hyperfine for ad-hoc CLI timing).
-# Does nothing when wrk is already on PATH. Needs root (or sudo) on Debian/Ubuntu.
+# Installs what the benchmarks use beyond the dev install: wrk (hyperfine for ad-hoc CLI timing)
+# from Debian, and py-spy (run_throughput.py's profile) into the project's venv. Skips what is
+# there already. Needs root (or sudo) on Debian/Ubuntu for wrk.
 set -euo pipefail
+
+VENV_PY="$(dirname "$0")/../.venv/bin/python"
+if [ -x "$VENV_PY" ] && ! "$VENV_PY" -m pip show py-spy >/dev/null 2>&1; then
+    "$VENV_PY" -m pip install -q py-spy
+fi
 
 if command -v wrk >/dev/null 2>&1; then
     echo "wrk already installed: $(command -v wrk)"
