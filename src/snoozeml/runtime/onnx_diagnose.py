@@ -23,18 +23,15 @@ from pathlib import Path
 import numpy as np
 
 from snoozeml.runtime.onnx_entry import STORAGE
-from snoozeml.runtime.onnx_split import SplitError, external_data_blocking
+from snoozeml.runtime.onnx_split import SplitError, external_data, read_varint
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _MODEL_FIELDS = {1: _VARINT, 2: _LENGTH, 3: _LENGTH, 4: _LENGTH, 5: _VARINT, 6: _LENGTH,
                  7: _LENGTH, 8: _LENGTH, 14: _LENGTH, 20: _LENGTH, 25: _LENGTH}
 _GRAPH = 7
+_LONGEST_FIELD_HEAD = 20  # a key and a length: two varints of at most 10 bytes each
 _KINDS = {_VARINT: "a number", _FIXED64: "8 bytes", _LENGTH: "a length-prefixed value",
           _FIXED32: "4 bytes"}
-
-
-class _Ended(Exception):
-    pass
 
 
 def diagnose_blocking(path: Path) -> str | None:
@@ -48,21 +45,24 @@ def diagnose_blocking(path: Path) -> str | None:
         if size == 0:
             return "the file is empty (0 bytes)"
         with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            problem = _walk(data, size)
-        return problem or _external(path)
+            view = memoryview(data)
+            try:
+                return _walk(view, size) or _external(view, path)
+            finally:
+                view.release()
     except OSError as exc:  # onnxruntime says "system error number 13"
         return f"cannot read the file: {exc.strerror or exc}"
     except ValueError:  # not something mmap can map (a device, a pipe)
         return None
 
 
-def _walk(data: mmap.mmap, size: int) -> str | None:
+def _walk(data: memoryview, size: int) -> str | None:
     position = 0
     graph = False
     while position < size:
         start = position
         try:
-            key, position = _varint(data, position, size)
+            key, position = read_varint(data, position, size)
             number, kind = key >> 3, key & 7
             if number == 0 or kind not in _KINDS:
                 return (f"not an ONNX model: byte {start} of {size} starts no protobuf field "
@@ -72,9 +72,9 @@ def _walk(data: mmap.mmap, size: int) -> str | None:
                 return (f"not an ONNX model: field {number} holds {_KINDS[kind]} where a "
                         f"model has {_KINDS[expected]} (a protobuf of another kind?)")
             if kind == _VARINT:
-                _, position = _varint(data, position, size)
+                _, position = read_varint(data, position, size)
             elif kind == _LENGTH:
-                length, position = _varint(data, position, size)
+                length, position = read_varint(data, position, size)
                 if position + length > size:
                     return (f"the file is truncated: the field at byte {start} needs {length} "
                             f"bytes after byte {position}, but the file ends at byte {size} "
@@ -83,21 +83,28 @@ def _walk(data: mmap.mmap, size: int) -> str | None:
             else:
                 position += 8 if kind == _FIXED64 else 4
                 if position > size:
-                    raise _Ended
-        except _Ended:
-            return (f"the file is truncated: it ends inside the field that starts at byte "
-                    f"{start} ({size} bytes in all)")
+                    return _ends_inside(start, size)
+        except SplitError:  # a varint past the end of the file, or longer than 64 bits
+            if size - start <= _LONGEST_FIELD_HEAD:
+                return _ends_inside(start, size)
+            return (f"not an ONNX model: byte {start} of {size} starts no protobuf field "
+                    "(random bytes, or another kind of file)")
         graph = graph or number == _GRAPH
     if not graph:
         return "not an ONNX model: a protobuf with no graph in it"
     return None
 
 
-def _external(model: Path) -> str | None:
+def _ends_inside(start: int, size: int) -> str:
+    return (f"the file is truncated: it ends inside the field that starts at byte {start} "
+            f"({size} bytes in all)")
+
+
+def _external(data: memoryview, model: Path) -> str | None:
     """The first external data file that is missing, not a file, or too short."""
     try:
-        refs = external_data_blocking(model)
-    except (SplitError, ValueError, OSError):
+        refs = external_data(data)
+    except (SplitError, ValueError):
         return None
     for ref in refs:
         path = model.parent / ref.location
@@ -117,16 +124,3 @@ def _external(model: Path) -> str | None:
                     f"{ref.tensor!r} needs bytes {ref.offset} to {ref.offset + length}, and "
                     f"the file has {status.st_size}")
     return None
-
-
-def _varint(data: mmap.mmap, position: int, size: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if position >= size:
-            raise _Ended
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80 or shift >= 63:  # past 64 bits: garbage, flagged by the caller
-            return value, position
-        shift += 7

@@ -98,31 +98,25 @@ class ExternalData:
     data_type: int
 
 
-def external_data_blocking(model: Path) -> list[ExternalData]:
-    """The main graph's initializers whose data the model says is in other files."""
-    with model.open("rb") as source, \
-            mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        view = memoryview(mapped)
-        try:
-            found = []
-            for number, _, start, end in _fields(view, 0, len(view)):
-                if number != _MODEL_GRAPH:
-                    continue
-                for field_number, _, t_start, t_end in _fields(view, start, end):
-                    if field_number != _GRAPH_INITIALIZER:
-                        continue
-                    tensor = _tensor(view, t_start, t_end)
-                    if tensor.location != _EXTERNAL:
-                        continue
-                    length = tensor.external.get("length")
-                    found.append(ExternalData(
-                        tensor.name, tensor.external.get("location", ""),
-                        int(tensor.external.get("offset", "0") or 0),
-                        int(length) if length else None, tuple(tensor.dims),
-                        tensor.data_type))
-            return found
-        finally:
-            view.release()
+def external_data(view: memoryview) -> list[ExternalData]:
+    """The main graph's initializers whose data the model (its bytes) says is in other
+    files."""
+    found = []
+    for number, _, start, end in _fields(view, 0, len(view)):
+        if number != _MODEL_GRAPH:
+            continue
+        for field_number, _, t_start, t_end in _fields(view, start, end):
+            if field_number != _GRAPH_INITIALIZER:
+                continue
+            tensor = _tensor(view, t_start, t_end)
+            if tensor.location != _EXTERNAL:
+                continue
+            length = tensor.external.get("length")
+            found.append(ExternalData(
+                tensor.name, tensor.external.get("location", ""),
+                int(tensor.external.get("offset", "0") or 0),
+                int(length) if length else None, tuple(tensor.dims), tensor.data_type))
+    return found
 
 
 def _split(
@@ -233,19 +227,19 @@ def _fields(view: memoryview, start: int, end: int) -> Iterator[tuple[int, int, 
     at = start
     while at < end:
         key_start = at
-        key, at = _read_varint(view, at, end)
+        key, at = read_varint(view, at, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise SplitError(f"field number 0 at byte {key_start}")
         if wire == 0:
-            _, value_end = _read_varint(view, at, end)
+            _, value_end = read_varint(view, at, end)
             yield number, key_start, at, value_end
             at = value_end
         elif wire == 1:
             yield number, key_start, at, at + 8
             at += 8
         elif wire == 2:
-            length, value_start = _read_varint(view, at, end)
+            length, value_start = read_varint(view, at, end)
             at = value_start + length
             yield number, key_start, value_start, at
         elif wire == 5:
@@ -257,7 +251,7 @@ def _fields(view: memoryview, start: int, end: int) -> Iterator[tuple[int, int, 
             raise SplitError(f"a field at byte {key_start} runs past its message")
 
 
-def _read_varint(view: memoryview, at: int, end: int) -> tuple[int, int]:
+def read_varint(view: memoryview, at: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if at >= end or shift > 63:
@@ -304,11 +298,11 @@ def _tensor(view: memoryview, start: int, end: int) -> _Tensor:
             tensor.external.update([_entry(view, value_start, value_end)])
             continue
         if number == _TENSOR_LOCATION:
-            tensor.location = _read_varint(view, value_start, value_end)[0]
+            tensor.location = read_varint(view, value_start, value_end)[0]
             continue
         tensor.kept.append((key_start, value_end))
         if number == _TENSOR_TYPE:
-            tensor.data_type = _read_varint(view, value_start, value_end)[0]
+            tensor.data_type = read_varint(view, value_start, value_end)[0]
         elif number == _TENSOR_NAME:
             tensor.name = bytes(value).decode("utf-8", "replace")
         elif number == _TENSOR_DIMS:
@@ -319,11 +313,11 @@ def _tensor(view: memoryview, start: int, end: int) -> _Tensor:
 def _dims(view: memoryview, key_start: int, start: int, end: int) -> list[int]:
     wire = view[key_start] & 7
     if wire == 0:  # one dim
-        return [_signed(_read_varint(view, start, end)[0])]
+        return [_signed(read_varint(view, start, end)[0])]
     dims = []  # packed
     at = start
     while at < end:
-        value, at = _read_varint(view, at, end)
+        value, at = read_varint(view, at, end)
         dims.append(_signed(value))
     return dims
 
