@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -141,3 +142,16 @@ def write_config(directory: Path, body: str) -> Path:
     path = directory / "models.toml"
     path.write_text(body)
     return path
+
+
+def free_ports(count: int = 1) -> list[int]:
+    """`count` distinct TCP ports on 127.0.0.1 that nothing listens on now (held together
+    while chosen, so they differ)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -34,7 +34,7 @@ from snoozeml.units import parse_duration, parse_size
 
 Duration = Annotated[float, BeforeValidator(lambda v: parse_duration(v))]
 # A load still running after it is cut (engine/deadline.py), so 0 would fail every load.
-LoadTimeout = Annotated[Duration, Field(gt=0)]
+LoadDeadline = Annotated[Duration, Field(gt=0)]
 DurationOrNever = Annotated[
     float | None, BeforeValidator(lambda v: parse_duration(v, allow_never=True))
 ]
@@ -110,7 +110,7 @@ class ServerConfig(_Section):
     http_port: StrictInt = Field(default=8080, ge=0, le=65535)
     grpc_port: StrictInt = Field(default=8081, ge=0, le=65535)
     idle_timeout: DurationOrNever = 300.0
-    load_timeout: LoadTimeout = 300.0
+    load_timeout: LoadDeadline = 300.0
     drain_timeout: Duration = 30.0
     max_request_size: Size = 64 * 1024 * 1024
     # gRPC takes the limit as a C int: 2 GiB - 1 at most, and 0 would refuse every message.
@@ -157,7 +157,7 @@ class ModelConfig(_Section):
     device: str = "auto"
     # None in the file means "inherit from [server]"; `never` pins. Resolved by load_config.
     idle_timeout: DurationOrNever = None
-    load_timeout: LoadTimeout | None = None
+    load_timeout: LoadDeadline | None = None
     preload: StrictBool = False
     intra_op_threads: StrictInt = Field(default=1, ge=0, le=1024)
     tensorrt: StrictBool = False

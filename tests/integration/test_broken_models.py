@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -101,10 +102,9 @@ def test_an_explicit_load_of_a_broken_file_says_the_same(served: Served) -> None
 # --- a disk that changes under the daemon --------------------------------------------------
 
 
-def _serve_one(serve: object, tmp_path: Path, cache: bool) -> tuple[Daemon, Path]:
+def _serve_one(serve: Any, tmp_path: Path, cache: bool) -> tuple[Daemon, Path]:
     path = write_mlp(tmp_path / "m.onnx", seed=1)
-    assert callable(serve)
-    daemon = serve(textwrap.dedent(f"""
+    daemon: Daemon = serve(textwrap.dedent(f"""
         [[models]]
         name = "m"
         path = "m.onnx"
@@ -121,7 +121,7 @@ def _answer(client: httpx.Client) -> np.ndarray:
 
 @pytest.mark.parametrize("cache", [True, False], ids=["weights-cache", "no-cache"])
 def test_a_file_replaced_while_unloaded_is_the_one_the_next_load_serves(
-    serve: object, tmp_path: Path, cache: bool
+    serve: Any, tmp_path: Path, cache: bool
 ) -> None:
     daemon, path = _serve_one(serve, tmp_path, cache)
     with httpx.Client(base_url=daemon.url, timeout=60) as client:
@@ -143,7 +143,7 @@ def test_a_file_replaced_while_unloaded_is_the_one_the_next_load_serves(
 
 
 def test_a_file_deleted_while_unloaded_fails_the_next_load_naming_it_until_it_is_back(
-    serve: object, tmp_path: Path
+    serve: Any, tmp_path: Path
 ) -> None:
     daemon, path = _serve_one(serve, tmp_path, True)
     with httpx.Client(base_url=daemon.url, timeout=60) as client:

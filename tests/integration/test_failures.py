@@ -170,6 +170,17 @@ host_budget = "lots"
     ),
     pytest.param(
         """
+[[models]]
+name = "tiny"
+path = "tiny.onnx"
+load_timeout = "0s"
+""",
+        # A load is cut at load_timeout: at 0 every load would fail.
+        ["models.toml:4", "models[0].load_timeout", "greater than 0"],
+        id="load-timeout-zero",
+    ),
+    pytest.param(
+        """
 [server
 host = "x"
 """,

@@ -8,7 +8,6 @@ answering the pulled ONNX model with onnxruntime and the pulled BERT with PyTorc
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tomllib
@@ -21,7 +20,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from daemon import Daemon
+from daemon import Daemon, free_ports
 from fake_hub import FakeHub
 from onnx_models import SERVED, write_mlp
 
@@ -140,12 +139,6 @@ def files_in(folder: Path) -> dict[str, int]:
     """Downloaded files (not huggingface_hub's .cache metadata) and their mtimes."""
     return {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*")
             if p.is_file() and ".cache" not in p.relative_to(folder).parts}
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- Done means 1: pull, write entries, serve --------------------------------------------
@@ -300,7 +293,7 @@ def test_an_unusable_models_toml_stops_the_pull_before_any_download(
 
 
 def test_an_unreachable_hub(tmp_path: Path) -> None:
-    endpoint = f"http://127.0.0.1:{closed_port()}"
+    endpoint = f"http://127.0.0.1:{free_ports()[0]}"
 
     result = snooze(tmp_path, "pull", f"{ORG}/mlp", endpoint=endpoint)
 

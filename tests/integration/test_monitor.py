@@ -10,7 +10,6 @@ only lets the app run between checks.
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from daemon import Daemon
+from daemon import Daemon, free_ports
 from onnx_models import write_mlp
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
@@ -47,12 +46,6 @@ preload = true
 name = "beta"
 path = "{model}"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- reading the app, as a person would read the screen -----------------------------------------
@@ -216,7 +209,7 @@ def test_requests_per_second_and_latency_come_from_the_daemons_metrics(
 
 def test_a_daemon_that_stops_shows_disconnected_and_one_back_on_the_port_reconnects(
         serve: Any, tmp_path: Path) -> None:
-    port = free_port()
+    port = free_ports()[0]
     config = models_config(tmp_path)
     first = serve(config, ["--http-port", str(port)])
 
@@ -261,7 +254,7 @@ def test_once_prints_the_table_as_plain_text(daemon: Daemon) -> None:
 
 
 def test_once_exits_1_with_a_message_when_the_daemon_cannot_be_reached() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{free_ports()[0]}"
     result = subprocess.run(
         [sys.executable, "-m", "snoozeml", "monitor", "--url", url, "--once"],
         capture_output=True, text=True, timeout=60)

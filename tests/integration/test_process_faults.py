@@ -5,7 +5,6 @@ full disk for the logs does not stop serving."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from daemon import Daemon, write_config
+from daemon import Daemon, free_ports, write_config
 from oip_http import output
 from onnx_models import SERVED, reference_session, write_mlp
 
@@ -29,17 +28,6 @@ ROW = np.full((1, 64), 0.5, np.float32)
 MLP_ROW = {"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32",
                        "data": ROW.ravel().tolist()}]}
 CONFIG = '[[models]]\nname = "m"\npath = "m.onnx"\n'
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _grpc_request() -> pb.ModelInferRequest:
@@ -58,7 +46,7 @@ def model(tmp_path: Path) -> tuple[Path, np.ndarray]:
 def test_a_sigkilled_daemon_restarts_on_the_same_ports_at_once(
     tmp_path: Path, model: tuple[Path, np.ndarray]
 ) -> None:
-    http_port, grpc_port = _free_ports(2)
+    http_port, grpc_port = free_ports(2)
     ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     config = write_config(tmp_path, CONFIG)
     first = Daemon(config, ports).start()
@@ -187,7 +175,7 @@ def test_sigterm_under_full_load_answers_or_refuses_every_request(
 def test_a_full_disk_for_the_logs_does_not_stop_serving(
     tmp_path: Path, model: tuple[Path, np.ndarray]
 ) -> None:
-    http_port, grpc_port = _free_ports(2)
+    http_port, grpc_port = free_ports(2)
     config = write_config(tmp_path, CONFIG)
     with open("/dev/full", "w") as full:  # every write: ENOSPC
         process = subprocess.Popen(

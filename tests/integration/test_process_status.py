@@ -22,6 +22,12 @@ preload = true
 """
 
 
+def _infer(client: httpx.Client) -> None:
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                        "data": [0.1, 0.2, 0.3, 0.4]}]}
+    assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+
+
 def _process(client: httpx.Client) -> dict[str, Any]:
     response = client.get("/admin/status")
     assert response.status_code == 200
@@ -33,9 +39,7 @@ def test_status_reports_the_daemons_own_resources(serve: Any, tmp_path: Path) ->
     write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
     daemon: Daemon = serve(CONFIG)
     with httpx.Client(base_url=daemon.url, timeout=30) as client:
-        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                            "data": [0.1, 0.2, 0.3, 0.4]}]}
-        assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+        _infer(client)
         process = _process(client)
 
     assert set(process) == {"pid", "rss_bytes", "open_fds", "threads", "asyncio_tasks"}
@@ -70,9 +74,7 @@ def test_the_daemon_keeps_no_onnxruntime_telemetry_queue_open(
     write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
     daemon: Daemon = serve(CONFIG)
     with httpx.Client(base_url=daemon.url, timeout=30) as client:
-        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                            "data": [0.1, 0.2, 0.3, 0.4]}]}
-        assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+        _infer(client)
         files = [f.path for f in psutil.Process(daemon.pid).open_files()]
 
     assert not [path for path in files if ".onnxruntime" in path or "Microsoft" in path]
