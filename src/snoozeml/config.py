@@ -131,6 +131,8 @@ class ServerConfig(_Section):
     grpc_keepalive_min_time: GrpcDuration = 10.0  # pinged more often: GOAWAY (too_many_pings)
     # Load-ready copies of ONNX weights (runtime/onnx_cache.py); None: the user's cache folder.
     cache_dir: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
+    # The most inputs one /v1/embeddings request may carry (OpenAI's own limit).
+    max_embedding_inputs: StrictInt = Field(default=2048, ge=1)
     memory: MemoryConfig = MemoryConfig()
     replicas: ReplicaDefaults = ReplicaDefaults()
     metrics: MetricsConfig = MetricsConfig()
@@ -169,10 +171,15 @@ class ModelConfig(_Section):
     task: Literal["feature-extraction", "text-classification", "image-classification"] | None = (
         None
     )
-    pooling: Literal["mean", "cls"] = "mean"
-    normalize: StrictBool = True
+    # --- text models (torch feature-extraction; ONNX with tokenize): runtime/text_settings.py.
+    # None: from the folder's sentence-transformers files, else mean / true / 512.
+    pooling: Literal["mean", "cls", "max", "last", "model"] | None = None
+    normalize: StrictBool | None = None
     tokenize: StrictBool = False
-    max_length: StrictInt = Field(default=512, ge=1)
+    max_length: StrictInt | None = Field(default=None, ge=1)
+    truncate: StrictBool = True  # false: a text longer than max_length is a 400
+    tokenizer: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None  # ONNX
+    matryoshka: StrictBool = False  # requests may ask for fewer embedding `dimensions`
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     module: Annotated[StrictStr, BeforeValidator(_factory_target)] | None = None
     inputs: list[TensorConfig] = []
@@ -319,6 +326,8 @@ def parse_config(
         models.append(model.model_copy(update={
             "path": path,
             "format": model.format or formats[i],
+            "tokenizer": model.tokenizer if model.tokenizer is None
+            or model.tokenizer.is_absolute() else base / model.tokenizer,
             "idle_timeout": model.idle_timeout if "idle_timeout" in fields
             else config.server.idle_timeout,
             "load_timeout": model.load_timeout if model.load_timeout is not None

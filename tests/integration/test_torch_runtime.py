@@ -287,7 +287,8 @@ def test_minilm_metadata_offers_text_or_token_ids(served: Served) -> None:
     assert inputs["text"]["shape"] == [-1]
     assert inputs["input_ids"]["datatype"] == "INT64"
     outputs = {spec["name"]: spec["shape"] for spec in response.json()["outputs"]}
-    assert outputs == {"last_hidden_state": [-1, -1, 384], "embedding": [-1, 384]}
+    assert outputs == {"last_hidden_state": [-1, -1, 384], "embedding": [-1, 384],
+                       "token_count": [-1]}
 
 
 def test_tokenizing_model_answers_400_naming_the_choices_to_a_request_with_neither(

@@ -7,6 +7,7 @@ import json
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx_models import write_classifier, write_corrupt_model, write_fixed_shape_model, write_mlp
@@ -25,6 +26,7 @@ from snoozeml.hub import (
     scan_directory,
     select_files,
 )
+from snoozeml.runtime.text_settings import text_settings, tokenizer_folder
 
 
 def by_name(models: list[ScannedModel]) -> dict[str, ScannedModel]:
@@ -442,3 +444,112 @@ def test_rendered_notes_are_comments() -> None:
                        relative_to=Path("/x"), header="pulled from org/m")
     assert text.splitlines()[:4] == [
         "[[models]]", "# pulled from org/m", "# line one", "# line two"]
+
+
+# --- ONNX text models -------------------------------------------------------------------
+
+
+def write_encoder(path: Path, outputs: tuple[str, ...] = ("last_hidden_state",)) -> Path:
+    """An encoder-shaped graph (token ids in; hidden states [batch, sequence, 4] and/or a
+    pooled sentence_embedding [batch, 4] out): what a Hugging Face ONNX export declares."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(
+        np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["hidden"]),
+             helper.make_node("Identity", ["hidden"], ["last_hidden_state"]),
+             helper.make_node("ReduceMean", ["hidden", "axes"], ["sentence_embedding"],
+                              keepdims=0)]
+    shapes = {"last_hidden_state": ["batch", "sequence", 4], "sentence_embedding": ["batch", 4]}
+    graph = helper.make_graph(
+        nodes, "encoder",
+        [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+         for name in ("input_ids", "attention_mask", "token_type_ids")],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shapes[name])
+         for name in outputs],
+        [table, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def sentence_transformers_files(folder: Path, mode: str = "pooling_mode_mean_tokens") -> None:
+    """tokenizer.json and the sentence-transformers files of a normalised model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize",
+         "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({mode: True}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
+
+
+def test_onnx_model_of_the_hub_layout_takes_text_with_the_tokenizer_in_the_folder_above(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "minilm"
+    sentence_transformers_files(repo, "pooling_mode_cls_token")
+    write_encoder(repo / "onnx" / "model.onnx")
+
+    [model] = scan_directory(repo)
+
+    assert (model.format, model.tokenize) == ("onnx", True)
+    assert (model.pooling, model.normalize, model.max_length) == ("cls", True, 256)
+    assert any("tokenizer.json is in the folder above" in note for note in model.notes)
+    # The written entry needs no `tokenizer` key: the runtime looks in the same place.
+    text = render_toml([model], relative_to=tmp_path)
+    assert "tokenizer" not in tomllib.loads(text)["models"][0]
+    (tmp_path / "models.toml").write_text(text)
+    [spec] = load_config(tmp_path / "models.toml", environ={}).models
+    assert (spec.tokenize, spec.pooling, spec.normalize, spec.max_length) == (
+        True, "cls", True, 256)
+    assert tokenizer_folder(spec) == repo
+    assert text_settings(spec).pooling == "cls"
+
+
+def test_onnx_model_with_a_tokenizer_beside_it_takes_text_with_the_default_pooling(
+    tmp_path: Path,
+) -> None:
+    write_encoder(tmp_path / "encoder" / "model.onnx")
+    (tmp_path / "encoder" / "tokenizer.json").write_text("{}")
+
+    [model] = scan_directory(tmp_path)
+
+    assert model.tokenize is True
+    assert (model.pooling, model.normalize, model.max_length) == (None, None, None)
+    assert any("tokenizer.json is beside it" in note for note in model.notes)
+
+
+def test_onnx_model_that_pools_itself_gets_model_pooling(tmp_path: Path) -> None:
+    sentence_transformers_files(tmp_path / "st")
+    write_encoder(tmp_path / "st" / "onnx" / "model.onnx", outputs=("sentence_embedding",))
+
+    [model] = scan_directory(tmp_path / "st")
+
+    assert (model.tokenize, model.pooling, model.normalize) == (True, "model", True)
+    assert any("sentence_embedding is the embedding" in note for note in model.notes)
+
+
+def test_onnx_model_without_token_inputs_does_not_tokenize_despite_a_tokenizer(
+    tmp_path: Path,
+) -> None:
+    write_mlp(tmp_path / "mlp" / "model.onnx", dims=(4, 8, 3))
+    (tmp_path / "mlp" / "tokenizer.json").write_text("{}")
+    write_encoder(tmp_path / "bare" / "model.onnx")
+
+    models = by_name(scan_directory(tmp_path))
+
+    assert models["mlp"].tokenize is False
+    assert models["mlp"].pooling is None
+    assert any("tokenize is off although tokenizer.json is beside it" in note
+               and "'input_ids'" in note for note in models["mlp"].notes)
+    assert models["bare"].tokenize is False
+    assert "tokenize" not in tomllib.loads(render_toml([models["bare"]], tmp_path))["models"][0]

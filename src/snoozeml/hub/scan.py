@@ -4,7 +4,9 @@ Two kinds of model are found:
 
 - ONNX: every `.onnx` file that is not another model's external data. Its inputs and outputs come
   from `onnx.load(..., load_external_data=False)`; batching is on when every input and output has
-  a dynamic first dimension.
+  a dynamic first dimension. With a tokenizer.json beside it (or above it: the Hub's
+  `onnx/model.onnx`) and a graph that takes token ids, it takes text: `tokenize = true`, with
+  the pooling of its sentence-transformers files.
 - safetensors: a Hugging Face folder (`config.json` plus `*.safetensors` or a sharded index) is
   one torch model, its task read from the config's architectures; a `.safetensors` file outside
   such a folder is a plain state dict, whose module and tensors the user has to declare.
@@ -24,6 +26,13 @@ from typing import Any, Literal
 
 from snoozeml.datatypes import ONNX_TO_OIP, TensorSpec
 from snoozeml.runtime.files import external_data_paths
+from snoozeml.runtime.onnx_text import plan_graph
+from snoozeml.runtime.text_settings import (
+    DEFAULT_POOLING,
+    TOKENIZER_FILE,
+    Pooling,
+    sentence_transformers,
+)
 
 Format = Literal["onnx", "torch"]
 Task = Literal["feature-extraction", "text-classification", "image-classification"]
@@ -32,8 +41,6 @@ DEFAULT_MAX_BATCH_SIZE = 32
 
 _NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _GENERIC_STEMS = {"model"}
-_ST_POOLING = "sentence_transformers.models.Pooling"
-_ST_NORMALIZE = "sentence_transformers.models.Normalize"
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class ScannedModel:
     batching_note: str | None = None
     task: Task | None = None
     tokenize: bool = False
-    pooling: Literal["mean", "cls"] | None = None
+    pooling: Pooling | None = None
     normalize: bool | None = None
     max_length: int | None = None
     # Comment lines written into the entry, for the reader.
@@ -204,15 +211,47 @@ def _onnx_model(file: Path, model: Any) -> ScannedModel:
         max_batch_size = 0
         first = "it is a scalar" if not blocker.shape else f"it is fixed to {blocker.shape[0]}"
         note = f"off: the first dimension of {blocker.name!r} is not dynamic ({first})"
-    notes = tuple(
+    notes = [
         f"{label} {t.name} {t.datatype} {list(t.shape)}"
         for label, group in (("input: ", inputs), ("output:", outputs))
         for t in group
-    )
+    ]
+    text = _onnx_text(file, inputs, outputs, notes)
     return ScannedModel(
         name="", path=file, format="onnx", inputs=inputs, outputs=outputs,
-        max_batch_size=max_batch_size, batching_note=note, notes=notes,
+        max_batch_size=max_batch_size, batching_note=note, tokenize=text is not None,
+        pooling=text[0] if text else None, normalize=text[1] if text else None,
+        max_length=text[2] if text else None, notes=tuple(notes),
     )
+
+
+def _onnx_text(
+    file: Path, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+    notes: list[str],
+) -> tuple[Pooling | None, bool | None, int | None] | None:
+    """Pooling, normalisation and length for an ONNX file that can take text (written with
+    tokenize = true): one with a tokenizer.json beside it, or in the folder above it (the
+    Hub's `onnx/model.onnx`; runtime/text_settings.tokenizer_folder finds it there too), and a
+    graph that runtime/onnx_text.py can feed and pool. None for any other."""
+    folder = next((f for f in (file.parent, file.parent.parent)
+                   if (f / TOKENIZER_FILE).is_file()), None)
+    if folder is None:
+        return None
+    where = "beside it" if folder == file.parent else "in the folder above"
+    found: list[str] = []
+    pooling, normalize, max_length = _sentence_transformers(folder, found)
+    try:
+        plan = plan_graph(inputs, outputs, pooling or DEFAULT_POOLING, pooling_set=False)
+    except RuntimeError as exc:
+        notes.append(f"tokenize is off although tokenizer.json is {where}: {exc}")
+        return None
+    notes.append(f"tokenize = true: tokenizer.json is {where}, so the model accepts text")
+    notes.extend(found)
+    if plan.pooling != (pooling or DEFAULT_POOLING):
+        notes.append(f"pooling = \"model\": the graph has no token-level output to pool; its "
+                     f"{plan.source} is the embedding")
+        pooling = plan.pooling
+    return pooling, normalize, max_length
 
 
 # --- safetensors -----------------------------------------------------------------------
@@ -263,30 +302,17 @@ def _hf_model(folder: Path) -> ScannedModel:
 
 def _sentence_transformers(
     folder: Path, notes: list[str]
-) -> tuple[Literal["mean", "cls"] | None, bool | None, int | None]:
+) -> tuple[Pooling | None, bool | None, int | None]:
     """Pooling, normalisation and length from a sentence-transformers layout, if it is one."""
-    modules = _read_json(folder / "modules.json")
-    if not isinstance(modules, list):
+    found = sentence_transformers(folder)
+    if found is None:
         return None, None, None
-    kinds = {m.get("type"): m.get("path", "") for m in modules if isinstance(m, dict)}
-    pooling: Literal["mean", "cls"] | None = None
-    if _ST_POOLING in kinds:
-        settings = _read_json(folder / str(kinds[_ST_POOLING]) / "config.json")
-        settings = settings if isinstance(settings, dict) else {}
-        if settings.get("pooling_mode_cls_token"):
-            pooling = "cls"
-        elif settings.get("pooling_mode_mean_tokens"):
-            pooling = "mean"
-        else:
-            notes.append("the sentence-transformers pooling of this model is neither mean nor "
-                         "cls; SnoozeML pools with mean")
-    extra = sorted(str(k).rsplit(".", 1)[-1] for k in kinds
-                   if k not in (_ST_POOLING, _ST_NORMALIZE) and "Transformer" not in str(k))
-    if extra:
-        notes.append(f"sentence-transformers modules not applied by SnoozeML: {', '.join(extra)}")
-    bert_config = _read_json(folder / "sentence_bert_config.json")
-    max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else None
-    return pooling, _ST_NORMALIZE in kinds, max_length if isinstance(max_length, int) else None
+    notes.append("pooling, normalize and max_length from the sentence-transformers files")
+    if found.unsupported:
+        notes.append(f"sentence-transformers modules SnoozeML does not run: "
+                     f"{', '.join(found.unsupported)}; the embeddings will differ from the "
+                     "library's")
+    return found.pooling, found.normalize, found.max_length
 
 
 def _plain_state_dict(file: Path) -> ScannedModel:

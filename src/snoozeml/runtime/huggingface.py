@@ -1,10 +1,11 @@
 """Hugging Face folders (`config.json` and safetensors weights) through `transformers`.
 
-A feature-extraction model serves `last_hidden_state` and a pooled `embedding`; classification
+A feature-extraction model serves `last_hidden_state`, a pooled `embedding` (pooled and
+normalised as runtime/text_settings.py resolves) and each row's `token_count`; classification
 models serve `logits`. With `tokenize = true` and a tokenizer.json, a model also takes a BYTES
-input `text` (one string per row), tokenized here. Rows of one batch are padded to its longest,
-and each request gets its outputs trimmed to its own token length, so a batched request answers
-exactly as it would alone.
+input `text` (one string per row), tokenized here (runtime/text.py). Rows of one batch are padded
+to its longest, and each request gets its outputs trimmed to its own token length, so a batched
+request answers exactly as it would alone.
 """
 
 from __future__ import annotations
@@ -24,20 +25,23 @@ from snoozeml.datatypes import ModelMetadata, TensorSpec
 from snoozeml.errors import InvalidInput
 from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Arrays, utf8_strings
+from snoozeml.runtime.base import Arrays
 from snoozeml.runtime.hf_load import NotMappable, load_mapped
+from snoozeml.runtime.text import (
+    TEXT,
+    TOKEN_COUNT,
+    check_text,
+    load_tokenizer,
+    token_counts,
+    tokenize,
+)
+from snoozeml.runtime.text_settings import (
+    UnsupportedLayout,
+    task_of,
+    text_settings,
+    tokenizer_file,
+)
 from snoozeml.runtime.torch_env import DTYPES, PLATFORM, dtype_key, require, torch_device
-
-
-def task_of(config: dict[str, Any]) -> str:
-    """The task a Hugging Face config implies through its architectures."""
-    for arch in config.get("architectures") or []:
-        if arch.endswith("ForSequenceClassification"):
-            return "text-classification"
-        if arch.endswith("ForImageClassification"):
-            return "image-classification"
-    return "feature-extraction"
-
 
 _AUTO_CLASSES = {
     "feature-extraction": "AutoModel",
@@ -80,27 +84,24 @@ class HuggingFaceInstance:
         model = _load_weights(spec, cls, config)
         self.model = model.to(self.device).eval()
         _page_in(self.model)
-        self.pooling = spec.pooling
-        self.normalize = spec.normalize
+        try:
+            settings = text_settings(spec)
+        except UnsupportedLayout as exc:
+            raise RuntimeError(str(exc)) from None
+        self.pooling = settings.pooling
+        self.normalize = settings.normalize
+        self.truncate = settings.truncate
+        if self.task == "feature-extraction" and self.pooling == "model" \
+                and getattr(self.model, "pooler", None) is None:
+            raise RuntimeError(f"pooling = \"model\" but {type(self.model).__name__} has no "
+                               "pooler of its own (pooler_output)")
         # Never more tokens than the model has positions: past them it fails on every request.
         positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self.max_length = min(spec.max_length, positions) if positions > 0 else spec.max_length
+        self.max_length = min(settings.max_length, positions) if positions > 0 \
+            else settings.max_length
         self.tokenizer: Any = None
         if spec.tokenize:
-            tokenizer_file = folder / "tokenizer.json"
-            if not tokenizer_file.is_file():
-                raise RuntimeError(f"tokenize = true but {tokenizer_file} does not exist")
-            Tokenizer = require("tokenizers").Tokenizer
-            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
-            processor = self.tokenizer.post_processor
-            specials = processor.num_special_tokens_to_add(False) if processor else 0
-            if self.max_length <= specials:
-                # The tokenizer can't truncate below its own special tokens: it would not
-                # truncate at all, and long texts would fail on every request.
-                raise RuntimeError(f"max_length = {spec.max_length} leaves no room for text: the "
-                                   f"tokenizer adds {specials} special tokens to each")
-            self.tokenizer.no_padding()
-            self.tokenizer.enable_truncation(max_length=self.max_length)
+            self.tokenizer = load_tokenizer(tokenizer_file(spec), self.max_length)
         self._metadata = self._describe(spec.name)
 
     def _describe(self, name: str) -> ModelMetadata:
@@ -119,10 +120,11 @@ class HuggingFaceInstance:
             if self._takes_token_types():
                 inputs.append(TensorSpec("token_type_ids", "INT64", (-1, -1), True))
             if optional:
-                inputs.append(TensorSpec("text", "BYTES", (-1,), True))
+                inputs.append(TensorSpec(TEXT, "BYTES", (-1,), True))
         if self.task == "feature-extraction":
             outputs.append(TensorSpec("last_hidden_state", "FP32", (-1, -1, hidden)))
             outputs.append(TensorSpec("embedding", "FP32", (-1, hidden)))
+            outputs.append(TensorSpec(TOKEN_COUNT, "INT64", (-1,)))
         else:
             labels = int(getattr(self.model.config, "num_labels", -1))
             outputs.append(TensorSpec("logits", "FP32", (-1, labels)))
@@ -143,13 +145,8 @@ class HuggingFaceInstance:
     def validate_inputs(self, inputs: Arrays) -> None:
         """What the model would fail on, as a 400 for this request alone (called before the
         request joins a batch, so it never fails its neighbours)."""
-        if "text" in inputs:
-            extra = sorted(set(inputs) - {"text"})
-            if extra:
-                raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
-            if inputs["text"].ndim != 1:
-                raise InvalidInput("input 'text' takes one string per row (shape [rows])")
-            inputs["text"] = utf8_strings(inputs["text"], "text")
+        if TEXT in inputs:
+            check_text(inputs, self.tokenizer, self.truncate, self.max_length)
             return
         if self.task == "image-classification":
             return
@@ -183,22 +180,28 @@ class HuggingFaceInstance:
     ) -> list[Arrays]:
         """Run several requests as one batch, padded to its longest; each gets its own rows
         back, trimmed to its own token length. Never Unsplittable."""
-        if "text" in requests[0]:
-            feeds, lengths = self._tokenize([r["text"] for r in requests])
+        counts: np.ndarray | None
+        if TEXT in requests[0]:
+            tokenized = tokenize(self.tokenizer, [r[TEXT] for r in requests],
+                                 self._takes_token_types())
+            feeds, lengths, counts = tokenized.feeds, tokenized.lengths, tokenized.counts
         else:
             feeds = {k: np.concatenate([r[k] for r in requests]) for k in requests[0]}
             lengths = [r[next(iter(r))].shape[-1] if r else 0 for r in requests]
+            counts = token_counts(feeds) if "input_ids" in feeds else None
         rows = [next(iter(r.values())).shape[0] for r in requests]
         wanted = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
         if not any(rows):  # nothing to run: each request gets its empty outputs
             specs = {s.name: s for s in self._metadata.outputs}
             return [
                 {name: np.zeros((0, *(length if d < 0 else d for d in specs[name].shape[1:])),
-                                dtype=np.float32)
+                                dtype=np.int64 if name == TOKEN_COUNT else np.float32)
                  for name in wanted}
                 for length in lengths
             ]
         results = self._forward(feeds)
+        if counts is not None and self.task == "feature-extraction":
+            results[TOKEN_COUNT] = counts
         parts: list[Arrays] = []
         start = 0
         for count, length in zip(rows, lengths, strict=True):
@@ -212,35 +215,6 @@ class HuggingFaceInstance:
             start += count
         return parts
 
-    def _tokenize(self, texts: Sequence[np.ndarray]) -> tuple[Arrays, list[int]]:
-        """Token ids for every row of every request, padded to the batch's longest; each
-        request's own length is the longest of its rows."""
-        flat: list[str] = []
-        lengths: list[int] = []
-        for array in texts:
-            flat.extend(str(v) for v in utf8_strings(array, "text").reshape(-1))
-            lengths.append(0)
-        encodings = self.tokenizer.encode_batch(flat)
-        longest = max((len(e.ids) for e in encodings), default=0)
-        ids = np.zeros((len(encodings), longest), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        types = np.zeros_like(ids)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            ids[row, :n] = encoding.ids
-            mask[row, :n] = 1
-            types[row, :n] = encoding.type_ids
-        row = 0
-        for i, array in enumerate(texts):
-            count = array.reshape(-1).shape[0]
-            own = [len(e.ids) for e in encodings[row:row + count]]
-            lengths[i] = max(own, default=0)
-            row += count
-        feeds: Arrays = {"input_ids": ids, "attention_mask": mask}
-        if self._takes_token_types():
-            feeds["token_type_ids"] = types
-        return feeds, lengths
-
     def _forward(self, feeds: Arrays) -> Arrays:
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
                    for k, v in feeds.items()}
@@ -249,15 +223,7 @@ class HuggingFaceInstance:
         if self.task != "feature-extraction":
             return {"logits": out.logits.float().cpu().numpy()}
         hidden = out.last_hidden_state
-        if self.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            mask = tensors.get("attention_mask")
-            if mask is None:
-                pooled = hidden.mean(dim=1)
-            else:
-                weights = mask.unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+        pooled = _pool(self.pooling, hidden, tensors.get("attention_mask"), out)
         if self.normalize:
             pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
         return {
@@ -275,6 +241,24 @@ class HuggingFaceInstance:
         drop_attribute_blocking(self, "model")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _pool(pooling: str, hidden: torch.Tensor, mask: torch.Tensor | None, out: Any) -> torch.Tensor:
+    """One vector per row from the token vectors, over the tokens the mask covers (padding is
+    on the right): as sentence-transformers' Pooling module does for the same mode."""
+    if pooling == "model":
+        return cast(torch.Tensor, out.pooler_output)
+    if pooling == "cls":
+        return hidden[:, 0]
+    if mask is None:
+        mask = torch.ones(hidden.shape[:2], dtype=torch.int64, device=hidden.device)
+    if pooling == "last":
+        last = (mask.sum(dim=1) - 1).clamp(min=0)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    if pooling == "max":
+        return hidden.masked_fill(weights == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
 
 
 def _load_weights(spec: ModelConfig, cls: Any, config: Any) -> torch.nn.Module:

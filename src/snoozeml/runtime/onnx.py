@@ -11,6 +11,9 @@ Two load paths (docs/models.md, "How an ONNX model loads"):
   `upgrade_blocking` in the background, swapped in between two runs; "off" never.
 - default, everywhere else (a GPU, `weights_cache = false`, or an entry that cannot be made):
   onnxruntime reads the file and pre-packs at load.
+
+With `tokenize = true` the loaded graph is wrapped by runtime/onnx_text.py, which adds the
+`text` input and the pooled `embedding` and `token_count` outputs.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from snoozeml.errors import describe_exception
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import (
     FileSizes,
+    Instance,
     LoadPlan,
     looks_out_of_memory,
     requested_gpu,
@@ -39,6 +43,7 @@ from snoozeml.runtime.onnx_diagnose import diagnose_blocking
 from snoozeml.runtime.onnx_entry import Entry
 from snoozeml.runtime.onnx_instance import OnnxInstance
 from snoozeml.runtime.onnx_mapped import MappedWeights
+from snoozeml.runtime.onnx_text import load_text_blocking
 
 # A mapped load's peak beyond its measured size, besides its graph: onnxruntime's own session
 # structures (measured: under 0.1 MiB above the resident size for a 92 MiB model).
@@ -151,7 +156,12 @@ class OnnxBackend:
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return looks_out_of_memory(exc)
 
-    def load_blocking(self, spec: ModelConfig) -> OnnxInstance:
+    def load_blocking(self, spec: ModelConfig) -> Instance:
+        if spec.tokenize:
+            return load_text_blocking(spec, lambda: self._load_graph_blocking(spec))
+        return self._load_graph_blocking(spec)
+
+    def _load_graph_blocking(self, spec: ModelConfig) -> OnnxInstance:
         providers = providers_for(spec.device, spec.tensorrt, ort.get_available_providers())
         entry = self._entry_blocking(spec)
         if entry is not None:

@@ -1,0 +1,114 @@
+"""Text in, token ids out: the tokenizer side of every model that takes a BYTES `text` input.
+
+Rows of one batch are padded to its longest (on the right, mask 0); each request keeps the
+length of its own longest row, so its outputs can be trimmed back to what it would get alone,
+and each row keeps its own token count (the `token_count` output, and the usage that
+/v1/embeddings reports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from snoozeml.errors import InvalidInput
+from snoozeml.runtime.base import Arrays, utf8_strings
+
+TEXT = "text"
+TOKEN_COUNT = "token_count"
+
+
+def load_tokenizer(file: Path, max_length: int) -> Any:
+    """A `tokenizers.Tokenizer` from a tokenizer.json, unpadded and truncating at
+    `max_length` tokens. RuntimeError, naming the problem, when it cannot work."""
+    if not file.is_file():
+        raise RuntimeError(f"tokenize = true but {file} does not exist")
+    tokenizer = _tokenizers().Tokenizer.from_file(str(file))
+    processor = tokenizer.post_processor
+    specials = processor.num_special_tokens_to_add(False) if processor else 0
+    if max_length <= specials:
+        # The tokenizer can't truncate below its own special tokens: it would not truncate at
+        # all, and long texts would fail on every request.
+        raise RuntimeError(f"max_length = {max_length} leaves no room for text: the tokenizer "
+                           f"adds {specials} special tokens to each")
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    return tokenizer
+
+
+def _tokenizers() -> Any:
+    """The `tokenizers` package, imported only by a model that tokenizes: not through
+    torch_env, so an ONNX text model never imports torch."""
+    try:
+        import tokenizers
+    except ImportError as exc:
+        raise RuntimeError(f"{exc}; tokenize = true needs the tokenizers package: pip install "
+                           "tokenizers (the 'snoozeml[torch]' extra includes it)") from exc
+    return tokenizers
+
+
+def check_text(inputs: Arrays, tokenizer: Any, truncate: bool, max_length: int) -> None:
+    """A request's `text` as one string per row (replaced in `inputs`), or its 400: not a
+    vector, not UTF-8, or (with truncate = false) longer than max_length tokens."""
+    extra = sorted(set(inputs) - {TEXT})
+    if extra:
+        raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
+    if inputs[TEXT].ndim != 1:
+        raise InvalidInput("input 'text' takes one string per row (shape [rows])")
+    inputs[TEXT] = strings = utf8_strings(inputs[TEXT], TEXT)
+    if truncate:
+        return
+    for row, encoding in enumerate(tokenizer.encode_batch([str(s) for s in strings])):
+        if encoding.overflowing:
+            raise InvalidInput(f"input 'text': row {row} is longer than the {max_length} tokens "
+                               "the model takes (truncate = false)")
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenized:
+    feeds: Arrays  # input_ids, attention_mask (and token_type_ids when asked), [rows, longest]
+    lengths: list[int]  # per request: its longest row
+    counts: np.ndarray  # per row: its tokens, int64
+
+
+def tokenize(tokenizer: Any, texts: Sequence[np.ndarray], token_types: bool) -> Tokenized:
+    """Token ids for every row of every request (each a vector of str), padded to the
+    batch's longest."""
+    flat: list[str] = []
+    for array in texts:
+        flat.extend(str(v) for v in array.reshape(-1))
+    encodings = tokenizer.encode_batch(flat)
+    counts = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    longest = int(counts.max()) if counts.size else 0
+    ids = np.zeros((len(encodings), longest), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    types = np.zeros_like(ids) if token_types else None
+    for row, encoding in enumerate(encodings):
+        n = len(encoding.ids)
+        ids[row, :n] = encoding.ids
+        mask[row, :n] = 1
+        if types is not None:
+            types[row, :n] = encoding.type_ids
+    lengths: list[int] = []
+    row = 0
+    for array in texts:
+        count = array.reshape(-1).shape[0]
+        lengths.append(int(counts[row:row + count].max()) if count else 0)
+        row += count
+    feeds: Arrays = {"input_ids": ids, "attention_mask": mask}
+    if types is not None:
+        feeds["token_type_ids"] = types
+    return Tokenized(feeds, lengths, counts)
+
+
+def token_counts(feeds: Arrays) -> np.ndarray:
+    """Each row's tokens for a request that sent token ids: its mask's ones, or its width."""
+    mask = feeds.get("attention_mask")
+    if mask is not None:
+        return np.asarray((mask != 0).sum(axis=1), dtype=np.int64)
+    ids = feeds["input_ids"]
+    return np.full(ids.shape[0], ids.shape[1], dtype=np.int64)
