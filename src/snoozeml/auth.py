@@ -83,7 +83,9 @@ REQUIRED_ROLE: Mapping[Operation, str | None] = {
     Operation.MODEL_STATS: "readonly",
     Operation.METRICS: "readonly",
     Operation.OPENAPI: "readonly",
+    Operation.OPENAI_MODELS: "readonly",
     Operation.INFER: "inference",
+    Operation.EMBEDDINGS: "inference",
     Operation.REPOSITORY_LOAD: "admin",
     Operation.REPOSITORY_UNLOAD: "admin",
 }

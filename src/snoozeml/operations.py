@@ -34,6 +34,8 @@ class Operation(StrEnum):
     MODEL_STATS = "model_stats"  # Triton's statistics extension
     METRICS = "metrics"  # Prometheus text format
     OPENAPI = "openapi"  # the OpenAPI document of the HTTP API
+    EMBEDDINGS = "embeddings"  # OpenAI's POST /v1/embeddings
+    OPENAI_MODELS = "openai_models"  # OpenAI's model list, of the models that embed
 
 
 class Access(StrEnum):
@@ -49,7 +51,9 @@ class Access(StrEnum):
 @dataclass(frozen=True, slots=True)
 class OperationSpec:
     access: Access
-    model_scoped: bool  # the request names a model (statistics: or asks for every model)
+    # The request names a model, in its path (statistics: or asks for every model) or, for
+    # OpenAI's /v1/embeddings, in its body.
+    model_scoped: bool
     http: tuple[tuple[str, str], ...] = ()  # (method, path); GET routes answer HEAD too
     grpc: tuple[str, ...] = ()  # full method names, "/package.Service/Method"
 
@@ -107,6 +111,9 @@ OPERATIONS: Mapping[Operation, OperationSpec] = {
         (_OIP + "ModelStatistics",)),
     Operation.METRICS: OperationSpec(Access.READ, False, _get("/metrics")),
     Operation.OPENAPI: OperationSpec(Access.READ, False, _get("/openapi.json")),
+    Operation.EMBEDDINGS: OperationSpec(Access.INFER, True, _post("/v1/embeddings")),
+    Operation.OPENAI_MODELS: OperationSpec(
+        Access.READ, True, _get("/v1/models", "/v1/models/{name}")),
 }
 
 

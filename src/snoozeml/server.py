@@ -68,7 +68,8 @@ class Daemon:
         self.boundary = RequestBoundary(self.events, self.auth)
         server = config.server
         app = InferenceRoute(
-            create_app(self.service, self.boundary, server.max_request_size, self.metrics),
+            create_app(self.service, self.boundary, server.max_request_size, self.metrics,
+                       server.max_embedding_inputs),
             self.service,
             self.boundary, server.max_request_size,
         )

@@ -40,6 +40,7 @@ from snoozeml.errors import (
 from snoozeml.operations import OPERATIONS, Access, Operation
 
 _Code = grpc.StatusCode
+CALL = "snoozeml.call"  # where an HTTP handler finds its Call in the ASGI scope
 
 
 @dataclass(frozen=True, slots=True)

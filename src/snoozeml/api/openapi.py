@@ -18,52 +18,30 @@ from __future__ import annotations
 from typing import Any
 
 from snoozeml import __version__
-
-Schema = dict[str, Any]
-
-STR: Schema = {"type": "string"}
-BOOL: Schema = {"type": "boolean"}
-COUNT: Schema = {"type": "integer", "minimum": 0}
-SECONDS: Schema = {"type": "number", "minimum": 0}
-TIME: Schema = {"type": "string", "format": "date-time"}  # 2026-12-01T00:10:18.544Z
-BINARY: Schema = {"type": "string", "format": "binary"}
-DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-             "FP16", "FP32", "FP64", "BF16", "BYTES"]
-HEADER = "Inference-Header-Content-Length"
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _null(schema: Schema) -> Schema:
-    return {**schema, "nullable": True}
-
-
-def _obj(**fields: Schema) -> Schema:
-    """A response object: every field always sent, and no other."""
-    schema: Schema = {"type": "object", "properties": fields, "additionalProperties": False}
-    if fields:  # (OpenAPI 3.0: `required` is never empty)
-        schema["required"] = list(fields)
-    return schema
-
-
-def _array(items: Schema) -> Schema:
-    return {"type": "array", "items": items}
-
-
-def _counts(*names: str) -> dict[str, Schema]:
-    return dict.fromkeys(names, COUNT)
-
-
-# --- answers --------------------------------------------------------------------------------
-
-def _ok(description: str, schema: Schema, media_type: str = "application/json") -> Schema:
-    return {"description": description, "content": {media_type: {"schema": schema}}}
+from snoozeml.api import openapi_openai
+from snoozeml.api.openapi_parts import (
+    BINARY,
+    BOOL,
+    COUNT,
+    DATATYPES,
+    HEADER,
+    SECONDS,
+    STR,
+    TIME,
+    Schema,
+    answer,
+    array,
+    counts,
+    get_op,
+    nullable,
+    obj,
+    post_op,
+    ref,
+)
 
 
 def _error(description: str, *headers: str) -> Schema:
-    response = _ok(description, _ref("Error"))
+    response = answer(description, ref("Error"))
     if headers:
         response["headers"] = {h: {"$ref": f"#/components/headers/{h}"} for h in headers}
     return response
@@ -99,19 +77,6 @@ def _op(operation: str, summary: str, ok: Schema, *errors: str, tag: str,
     return op
 
 
-def _get(op: Schema, suffix: str = "") -> Schema:
-    """GET, and HEAD with the same statuses and headers but no body."""
-    head = {**op, "operationId": f"{op['operationId']}{suffix}_head",
-            "summary": f"{op['summary']} (headers only)",
-            "responses": {code: {k: v for k, v in response.items() if k != "content"}
-                          for code, response in op["responses"].items()}}
-    return {"get": {**op, "operationId": op["operationId"] + suffix}, "head": head}
-
-
-def _post(op: Schema, suffix: str = "") -> Schema:
-    return {"post": {**op, "operationId": op["operationId"] + suffix}}
-
-
 NAME: Schema = {"name": "name", "in": "path", "required": True,
                 "schema": {"type": "string", "minLength": 1}, "description": "The model."}
 VERSION: Schema = {"name": "version", "in": "path", "required": True, "schema": STR,
@@ -138,13 +103,13 @@ def _infer() -> Schema:
         f"`{HEADER}` header) that many bytes of JSON followed by the raw bytes of each input "
         "that has `binary_data_size` instead of `data`, in order. The Content-Type is not "
         "read."), "content": {
-            "application/json": {"schema": _ref("InferRequest")},
+            "application/json": {"schema": ref("InferRequest")},
             "application/octet-stream": {"schema": BINARY}}}
     ok = {"description": "The outputs. With binary outputs (`binary_data_output`, or an "
                          "output's `binary_data`), the body is the JSON header then the "
                          "outputs' raw bytes, and the header gives the JSON's length.",
           "headers": {HEADER: {"$ref": f"#/components/headers/{HEADER}"}},
-          "content": {"application/json": {"schema": _ref("InferResponse")},
+          "content": {"application/json": {"schema": ref("InferResponse")},
                       "application/octet-stream": {"schema": BINARY}}}
     return _op("infer", "Inference (the model loads first if it is not loaded)", ok,
                "400", "404", "413", "500", "501", "503", tag="inference",
@@ -153,74 +118,75 @@ def _infer() -> Schema:
 
 def paths() -> dict[str, Schema]:
     live = _op("server_live", "The process is up",
-               _ok("Always, while the process answers", _obj(live={"enum": [True]})),
+               answer("Always, while the process answers", obj(live={"enum": [True]})),
                tag="health", security=PUBLIC)
     ready = _op("server_ready", "The server takes requests (models may be cold)",
-                _ok("Ready", _obj(ready={"enum": [True]})), tag="health", security=PUBLIC)
-    ready["responses"]["503"] = _ok("Shutting down", _obj(ready={"enum": [False]}))
+                answer("Ready", obj(ready={"enum": [True]})), tag="health", security=PUBLIC)
+    ready["responses"]["503"] = answer("Shutting down", obj(ready={"enum": [False]}))
     metadata = _op("server_metadata", "Server metadata",
-                   _ok("Name, version, extensions", _ref("ServerMetadata")), tag="metadata")
+                   answer("Name, version, extensions", ref("ServerMetadata")), tag="metadata")
     model_metadata = _op("model_metadata", "Model metadata (the first request loads the model)",
-                         _ok("Inputs and outputs", _ref("ModelMetadata")), "404", "503",
+                         answer("Inputs and outputs", ref("ModelMetadata")), "404", "503",
                          tag="metadata")
     model_ready = _op("model_ready", "Whether the model can serve (all but FAILED)",
-                      _ok("Ready", _ref("ModelReady")), "404", tag="metadata")
-    model_ready["responses"]["503"] = _ok("The model is FAILED", _ref("ModelReady"))
+                      answer("Ready", ref("ModelReady")), "404", tag="metadata")
+    model_ready["responses"]["503"] = answer("The model is FAILED", ref("ModelReady"))
     infer = _infer()
     index = _op("repository_index", "Every configured model and its state",
-                _ok("The models, in config order", _array(_ref("IndexEntry"))), "400", "413",
+                answer("The models, in config order", array(ref("IndexEntry"))), "400", "413",
                 tag="repository", requestBody={"required": False, "content": {
                     "application/json": {"schema": {
                         "type": "object", "properties": {"ready": BOOL},
                         "description": "`ready`: only READY models. No body: every model."}}}})
     load = _op("repository_load", "Load the model now; answers once it is READY",
-               _ok("Loaded", _obj()), "404", "503", tag="repository")
+               answer("Loaded", obj()), "404", "503", tag="repository")
     unload = _op("repository_unload", "Unload the model now; answers once it is UNLOADED",
-                 _ok("Unloaded", _obj()), "404", tag="repository")
+                 answer("Unloaded", obj()), "404", tag="repository")
     stats = _op("model_stats", "Triton's statistics extension",
-                _ok("Counts and summed durations", _ref("Statistics")), "404", tag="metadata")
+                answer("Counts and summed durations", ref("Statistics")), "404", tag="metadata")
     every_stats = {**stats, "summary": "Triton's statistics extension, every model"}
     every_stats["responses"] = {k: v for k, v in stats["responses"].items() if k != "404"}
     status = _op("admin_status", "State, timers, memory and counters of every model",
-                 _ok("The status", _ref("AdminStatus")), tag="admin")
+                 answer("The status", ref("AdminStatus")), tag="admin")
     metrics = _op("metrics", "Prometheus metrics (public with `[auth] metrics_public`)",
-                  _ok("The text exposition format", STR, "text/plain"), "404", tag="admin")
+                  answer("The text exposition format", STR, "text/plain"), "404", tag="admin")
     metrics["responses"]["404"] = _error("Metrics are off (`[server.metrics] enabled = false`).")
-    openapi = _op("openapi", "This document", _ok("OpenAPI 3.0", {"type": "object"}),
+    openapi = _op("openapi", "This document", answer("OpenAPI 3.0", {"type": "object"}),
                   tag="metadata")
     versioned = "/v2/models/{name}/versions/{version}"
     return {
-        "/v2/health/live": _get(live),
-        "/health/live": _get(live, "_short"),
-        "/v2/health/ready": _get(ready),
-        "/health/ready": _get(ready, "_short"),
-        "/v2": _get(metadata),
-        "/v2/models/{name}": _model(_get(model_metadata)),
-        versioned: _model(_get(model_metadata, "_versioned"), versioned=True),
-        "/v2/models/{name}/ready": _model(_get(model_ready)),
-        versioned + "/ready": _model(_get(model_ready, "_versioned"), versioned=True),
-        "/v2/models/{name}/infer": _model(_post(infer)),
-        versioned + "/infer": _model(_post(infer, "_versioned"), versioned=True),
-        "/v2/repository/index": _post(index),
-        "/v2/repository/models/{name}/load": _model(_post(load)),
+        "/v2/health/live": get_op(live),
+        "/health/live": get_op(live, "_short"),
+        "/v2/health/ready": get_op(ready),
+        "/health/ready": get_op(ready, "_short"),
+        "/v2": get_op(metadata),
+        "/v2/models/{name}": _model(get_op(model_metadata)),
+        versioned: _model(get_op(model_metadata, "_versioned"), versioned=True),
+        "/v2/models/{name}/ready": _model(get_op(model_ready)),
+        versioned + "/ready": _model(get_op(model_ready, "_versioned"), versioned=True),
+        "/v2/models/{name}/infer": _model(post_op(infer)),
+        versioned + "/infer": _model(post_op(infer, "_versioned"), versioned=True),
+        "/v2/repository/index": post_op(index),
+        "/v2/repository/models/{name}/load": _model(post_op(load)),
         "/v2/repository/models/{name}/versions/{version}/load":
-            _model(_post(load, "_versioned"), versioned=True),
-        "/v2/repository/models/{name}/unload": _model(_post(unload)),
+            _model(post_op(load, "_versioned"), versioned=True),
+        "/v2/repository/models/{name}/unload": _model(post_op(unload)),
         "/v2/repository/models/{name}/versions/{version}/unload":
-            _model(_post(unload, "_versioned"), versioned=True),
-        "/v2/models/stats": _get(every_stats, "_all"),
-        "/v2/models/{name}/stats": _model(_get(stats)),
-        versioned + "/stats": _model(_get(stats, "_versioned"), versioned=True),
-        "/admin/status": _get(status),
-        "/metrics": _get(metrics),
-        "/openapi.json": _get(openapi),
+            _model(post_op(unload, "_versioned"), versioned=True),
+        "/v2/models/stats": get_op(every_stats, "_all"),
+        "/v2/models/{name}/stats": _model(get_op(stats)),
+        versioned + "/stats": _model(get_op(stats, "_versioned"), versioned=True),
+        "/admin/status": get_op(status),
+        "/metrics": get_op(metrics),
+        "/openapi.json": get_op(openapi),
+        **openapi_openai.paths(),
     }
 
 
 # --- the schemas ----------------------------------------------------------------------------
 
 _SCALAR: Schema = {"anyOf": [{"type": "number"}, {"type": "boolean"}, STR]}
-_DURATION = _obj(count=COUNT, ns=COUNT)
+_DURATION = obj(count=COUNT, ns=COUNT)
 
 
 def _request_parameters(**known: Schema) -> Schema:
@@ -235,13 +201,13 @@ def schemas() -> dict[str, Schema]:
         "properties": {
             "name": STR,
             "shape": {"type": "array", "maxItems": 32, "items": COUNT},
-            "datatype": _ref("Datatype"),
+            "datatype": ref("Datatype"),
             "parameters": _request_parameters(
-                binary_data_size={**_null(COUNT), "description": "Binary extension: this many "
+                binary_data_size={**nullable(COUNT), "description": "Binary extension: this many "
                                   "bytes after the JSON header (and the ones before) are the "
                                   "data."},
                 shared_memory_region=shared_memory),
-            "data": _ref("TensorData"),
+            "data": ref("TensorData"),
         },
         "description": "`data` (nested or flat, row-major, as many elements as the shape "
                        "holds: true/false for BOOL, strings for BYTES, integers for the "
@@ -260,63 +226,63 @@ def schemas() -> dict[str, Schema]:
         "type": "object", "required": ["name", "datatype", "shape"],
         "additionalProperties": False,
         "properties": {
-            "name": STR, "datatype": _ref("Datatype"), "shape": _array(COUNT),
-            "data": _array({"anyOf": [_null({"type": "number"}), BOOL, STR]}),
-            "parameters": _obj(binary_data_size=COUNT),
+            "name": STR, "datatype": ref("Datatype"), "shape": array(COUNT),
+            "data": array({"anyOf": [nullable({"type": "number"}), BOOL, STR]}),
+            "parameters": obj(binary_data_size=COUNT),
         },
         "description": "Flat row-major `data`, or (a binary output) `binary_data_size`. A "
                        "NaN or infinite float has no JSON form and is sent as null.",
     }
-    replica = _obj(index=COUNT, device=STR, state={"enum": ["loading", "ready", "draining"]},
+    replica = obj(index=COUNT, device=STR, state={"enum": ["loading", "ready", "draining"]},
                    in_flight=COUNT, queued=COUNT, inline=BOOL, batches=COUNT, requests=COUNT,
-                   measured_bytes=_null(COUNT), loaded_at=_null(TIME))
-    scaling = _obj(min=COUNT, max=COUNT, strategy=STR, target_queue=SECONDS,
-                   scale_up_after_s=SECONDS, scale_down_after_s=SECONDS, devices=_array(STR),
-                   intra_op_threads=COUNT, desired=_null(COUNT), blocked=_null(STR),
-                   last_error=_null(STR), **_counts("added", "removed", "failures"))
-    mean = _null({"type": "number"})
-    batching = _obj(enabled=BOOL, max_batch_size=COUNT, max_delay_s=SECONDS, max_queue=COUNT,
-                    inline=BOOL, **_counts("batches", "requests", "rows"),
+                   measured_bytes=nullable(COUNT), loaded_at=nullable(TIME))
+    scaling = obj(min=COUNT, max=COUNT, strategy=STR, target_queue=SECONDS,
+                   scale_up_after_s=SECONDS, scale_down_after_s=SECONDS, devices=array(STR),
+                   intra_op_threads=COUNT, desired=nullable(COUNT), blocked=nullable(STR),
+                   last_error=nullable(STR), **counts("added", "removed", "failures"))
+    mean = nullable({"type": "number"})
+    batching = obj(enabled=BOOL, max_batch_size=COUNT, max_delay_s=SECONDS, max_queue=COUNT,
+                    inline=BOOL, **counts("batches", "requests", "rows"),
                     mean_requests_per_batch=mean, mean_rows_per_batch=mean,
                     largest_batch=COUNT, mean_queue_wait_ms=mean, mean_run_ms=mean,
-                    **_counts("queue_timeouts", "queue_full", "dropped"))
-    model_status = _obj(
-        name=STR, format=_null(STR), device=STR, pinned=BOOL, state=_ref("State"), reason=STR,
-        replicas=COUNT, replica_details=_array(replica), scaling=scaling, in_flight=COUNT,
-        queued=COUNT, last_used=_null(TIME), expires_at=_null(TIME),
-        idle_timeout_s=_null(SECONDS), predicted_bytes=_null(COUNT),
-        measured_bytes=_null(COUNT), resident_bytes=COUNT, last_load_ms=mean,
-        **_counts("loads", "load_failures", "requests", "errors"), batching=batching)
+                    **counts("queue_timeouts", "queue_full", "dropped"))
+    model_status = obj(
+        name=STR, format=nullable(STR), device=STR, pinned=BOOL, state=ref("State"), reason=STR,
+        replicas=COUNT, replica_details=array(replica), scaling=scaling, in_flight=COUNT,
+        queued=COUNT, last_used=nullable(TIME), expires_at=nullable(TIME),
+        idle_timeout_s=nullable(SECONDS), predicted_bytes=nullable(COUNT),
+        measured_bytes=nullable(COUNT), resident_bytes=COUNT, last_load_ms=mean,
+        **counts("loads", "load_failures", "requests", "errors"), batching=batching)
     by_name = {"type": "object", "additionalProperties": COUNT}
-    model_stats = _obj(
+    model_stats = obj(
         name=STR, version=STR, last_inference=COUNT, inference_count=COUNT,
         execution_count=COUNT,
-        inference_stats=_obj(**dict.fromkeys(
+        inference_stats=obj(**dict.fromkeys(
             ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
              "cache_hit", "cache_miss"), _DURATION)),
-        batch_stats=_array(_obj(batch_size=COUNT, compute_input=_DURATION,
+        batch_stats=array(obj(batch_size=COUNT, compute_input=_DURATION,
                                 compute_infer=_DURATION, compute_output=_DURATION)),
         memory_usage={"type": "array", "maxItems": 0},
         response_stats={"type": "object", "maxProperties": 0})
     return {
-        "Error": _obj(error=STR),
+        "Error": obj(error=STR),
         "Datatype": {"enum": DATATYPES},
         "State": {"enum": ["UNLOADED", "LOADING", "READY", "UNLOADING", "FAILED"]},
-        "ServerMetadata": _obj(name=STR, version=STR, extensions=_array(STR)),
-        "TensorMetadata": _obj(name=STR, datatype=_ref("Datatype"),
-                               shape=_array({"type": "integer", "minimum": -1})),
-        "ModelMetadata": _obj(name=STR, versions=_array(STR),
+        "ServerMetadata": obj(name=STR, version=STR, extensions=array(STR)),
+        "TensorMetadata": obj(name=STR, datatype=ref("Datatype"),
+                               shape=array({"type": "integer", "minimum": -1})),
+        "ModelMetadata": obj(name=STR, versions=array(STR),
                               platform={"enum": ["onnxruntime_onnx", "pytorch_safetensors"]},
-                              inputs=_array(_ref("TensorMetadata")),
-                              outputs=_array(_ref("TensorMetadata"))),
-        "ModelReady": _obj(name=STR, ready=BOOL),
-        "TensorData": {"anyOf": [_SCALAR, _array({"$ref": "#/components/schemas/TensorData"})]},
+                              inputs=array(ref("TensorMetadata")),
+                              outputs=array(ref("TensorMetadata"))),
+        "ModelReady": obj(name=STR, ready=BOOL),
+        "TensorData": {"anyOf": [_SCALAR, array({"$ref": "#/components/schemas/TensorData"})]},
         "InferRequest": {
             "type": "object", "required": ["inputs"],
             "properties": {
-                "id": _null(STR),
+                "id": nullable(STR),
                 "parameters": _request_parameters(
-                    timeout={**_null(COUNT), "maximum": 2**64 - 1, "description": "Microseconds "
+                    timeout={**nullable(COUNT), "maximum": 2**64 - 1, "description": "Microseconds "
                              "the request may wait in the batch queue (0: no limit); then a 503."},
                     binary_data_output={"description": "true: every output binary (unless "
                                         "its own `binary_data` says otherwise)."}),
@@ -328,21 +294,21 @@ def schemas() -> dict[str, Schema]:
             "type": "object", "required": ["model_name", "model_version", "outputs"],
             "additionalProperties": False,
             "properties": {"model_name": STR, "model_version": STR, "id": STR,
-                           "outputs": _array(out_tensor)},
+                           "outputs": array(out_tensor)},
         },
-        "IndexEntry": _obj(name=STR, version=STR, state=_ref("State"), reason=STR),
-        "Statistics": _obj(model_stats=_array(model_stats)),
-        "AdminStatus": _obj(
-            server=_obj(name=STR, version=STR, started_at=TIME, uptime_s=SECONDS,
+        "IndexEntry": obj(name=STR, version=STR, state=ref("State"), reason=STR),
+        "Statistics": obj(model_stats=array(model_stats)),
+        "AdminStatus": obj(
+            server=obj(name=STR, version=STR, started_at=TIME, uptime_s=SECONDS,
                         draining=BOOL),
-            devices=_array(_obj(name=STR, **_counts(
+            devices=array(obj(name=STR, **counts(
                 "total_bytes", "budget_bytes", "used_bytes", "reserved_bytes",
                 "process_bytes"))),
             evictions=by_name, auth_refusals=by_name,
-            recent_events=_array(_obj(time=TIME, kind=STR, model=_null(STR), detail=STR)),
-            models=_array(model_status),
-            process=_obj(pid=COUNT, rss_bytes=COUNT, open_fds=_null(COUNT), threads=_null(COUNT),
-                         asyncio_tasks=_null(COUNT))),
+            recent_events=array(obj(time=TIME, kind=STR, model=nullable(STR), detail=STR)),
+            models=array(model_status),
+            process=obj(pid=COUNT, rss_bytes=COUNT, open_fds=nullable(COUNT),
+                        threads=nullable(COUNT), asyncio_tasks=nullable(COUNT))),
     }
 
 
@@ -361,12 +327,13 @@ def document() -> Schema:
         "info": {"title": "SnoozeML", "version": __version__, "description": (
             "The Open Inference Protocol (KServe v2) over HTTP, its model-repository and "
             "binary tensor data extensions, Triton's statistics extension, and SnoozeML's "
-            "own endpoints. Every error body is `{\"error\": \"...\"}`. Every GET also "
+            "own endpoints, and OpenAI's embeddings (under /v1). Every error body is "
+            "`{\"error\": \"...\"}`, but OpenAI's error object under /v1. Every GET also "
             "answers HEAD. With auth off (no `[auth]` table), no operation needs "
             "credentials. See docs/http-api.md.")},
         "paths": paths(),
         "components": {
-            "schemas": schemas(),
+            "schemas": {**schemas(), **openapi_openai.schemas()},
             "headers": headers,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer",

@@ -17,10 +17,11 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from snoozeml.api.boundary import RequestBoundary
+from snoozeml.api.boundary import CALL, ErrorAnswer, RequestBoundary
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http_body import ClientGone, read_body, scope_credentials
 from snoozeml.api.metrics import Metrics
+from snoozeml.api.openai import OPENAI_OPERATIONS, Embeddings, error_response
 from snoozeml.api.openapi import document
 from snoozeml.api.statistics import statistics_json
 from snoozeml.api.status import status_json
@@ -31,6 +32,7 @@ from snoozeml.operations import OPERATIONS, Operation
 
 JSON = "application/json"
 Endpoint = Callable[[Request], Awaitable[Response]]
+ErrorRenderer = Callable[[BaseException, ErrorAnswer], Response]
 
 
 def json_response(
@@ -136,11 +138,18 @@ def handlers(
     }
 
 
-def within(boundary: RequestBoundary, operation: Operation, endpoint: Endpoint) -> Endpoint:
-    """`endpoint` inside the request boundary: every failure becomes its answer there."""
+def plain_error(exc: BaseException, answer: ErrorAnswer) -> Response:
+    return json_response({"error": answer.message}, answer.http_status, answer.http_headers())
+
+
+def within(boundary: RequestBoundary, operation: Operation, endpoint: Endpoint,
+           render: ErrorRenderer = plain_error) -> Endpoint:
+    """`endpoint` inside the request boundary: every failure becomes its answer there, in the
+    body `render` writes (the OIP routes' `{"error": message}`, OpenAI's on /v1)."""
 
     async def bounded(request: Request) -> Response:
         call = boundary.begin(operation, "http", request.path_params.get("name"))
+        request.scope[CALL] = call
         try:
             call.authorize(*scope_credentials(request.scope))
             response = await endpoint(request)
@@ -151,9 +160,7 @@ def within(boundary: RequestBoundary, operation: Operation, endpoint: Endpoint) 
             call.cancelled()
             raise
         except Exception as exc:  # boundary: one request fails, the daemon keeps serving
-            answer = call.failed(exc)
-            return json_response({"error": answer.message}, answer.http_status,
-                                 answer.http_headers())
+            return render(exc, call.failed(exc))
         call.succeeded(response.status_code)
         return response
 
@@ -167,21 +174,25 @@ SERVED_ELSEWHERE = frozenset({Operation.INFER})
 
 def create_app(
     service: InferenceService, boundary: RequestBoundary, max_request_size: int,
-    metrics: Metrics | None = None,
+    metrics: Metrics | None = None, max_embedding_inputs: int = 2048,
 ) -> FastAPI:
     """The HTTP application for `service`: every route of the operation table but inference
-    (`metrics`: what /metrics serves; None: it answers 404)."""
+    (`metrics`: what /metrics serves; None: it answers 404), the OpenAI routes included."""
     app = FastAPI(
         title="SnoozeML", docs_url=None, redoc_url=None, openapi_url=None,
         # A path with a trailing slash is a 404 with a JSON body, not a bodiless 307.
         redirect_slashes=False,
     )
     endpoints = handlers(service, max_request_size, metrics)
+    openai = Embeddings(service, max_request_size, max_embedding_inputs)
+    endpoints[Operation.EMBEDDINGS] = openai.embeddings
+    endpoints[Operation.OPENAI_MODELS] = openai.models
     routes: list[tuple[str, str, Endpoint]] = []
     for operation, spec in OPERATIONS.items():
         if not spec.http or operation in SERVED_ELSEWHERE:
             continue
-        endpoint = within(boundary, operation, endpoints.pop(operation))
+        render = error_response if operation in OPENAI_OPERATIONS else plain_error
+        endpoint = within(boundary, operation, endpoints.pop(operation), render)
         routes.extend((method, path, endpoint) for method, path in spec.http)
     # Literal paths first: `/v2/models/stats` is not the metadata of a model named "stats".
     for method, path, endpoint in sorted(routes, key=lambda route: "{" in route[1]):
@@ -193,7 +204,11 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         # Starlette's own headers stay (a 405 names the allowed methods in Allow).
-        return json_response({"error": str(exc.detail)}, exc.status_code, dict(exc.headers or {}))
+        body: dict[str, Any] = {"error": str(exc.detail)}
+        if request.url.path.startswith("/v1/"):  # OpenAI's clients read their own shape
+            body = {"error": {"message": str(exc.detail), "type": "invalid_request_error",
+                              "param": None, "code": None}}
+        return json_response(body, exc.status_code, dict(exc.headers or {}))
 
     app.add_exception_handler(StarletteHTTPException, http_error)
     return app
