@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import openai
 import pytest
 import torch
 from daemon import Daemon
@@ -176,6 +177,22 @@ def test_text_gets_the_sentence_transformers_embeddings_and_the_tokenizer_counts
     assert output(body, "token_count").tolist() == counts
     assert counts[-1] == MAX_LENGTH  # the long text was cut, specials included
     assert output(body, "last_hidden_state").shape == (len(texts), MAX_LENGTH, 384)
+
+
+def test_the_openai_client_gets_the_same_embeddings_from_the_onnx_model(served: Served) -> None:
+    texts = [*SENTENCES[:3], LONG]
+    with openai.OpenAI(base_url=f"{served.daemon.url}/v1", api_key="none",
+                       max_retries=0) as client:
+        response = client.embeddings.create(model="minilm", input=texts)
+        listed = [model.id for model in client.models.list().data]
+
+    embeddings = np.asarray([item.embedding for item in response.data])
+    np.testing.assert_allclose(embeddings, served.st.encode(texts, normalize_embeddings=True),
+                               atol=1e-4)
+    assert response.usage.prompt_tokens == sum(counts_of(served, texts))
+    # Every ONNX entry with tokenize = true is listed; the one that cannot take text included,
+    # as /v1/models reads the entries only (its calls get the load error).
+    assert {"minilm", "minilm-batched"} <= set(listed)
 
 
 def test_metadata_offers_text_or_token_ids_and_the_embedding_outputs(served: Served) -> None:
