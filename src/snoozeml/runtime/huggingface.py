@@ -102,6 +102,11 @@ class HuggingFaceInstance:
         self.tokenizer: Any = None
         if spec.tokenize:
             self.tokenizer = load_tokenizer(tokenizer_file(spec), self.max_length)
+        if self.task == "feature-extraction":
+            log_event("text_model", model=spec.name, pooling=self.pooling,
+                      output="pooler_output" if self.pooling == "model" else "last_hidden_state",
+                      normalize=self.normalize, max_length=self.max_length,
+                      settings=settings.source)
         self._metadata = self._describe(spec.name)
 
     def _describe(self, name: str) -> ModelMetadata:
