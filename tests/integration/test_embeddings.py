@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,6 +59,11 @@ truncate = false
 [[models]]
 name = "mlp"
 path = "mlp.onnx"
+
+[[models]]
+name = "minilm-dense"
+path = "dense"
+tokenize = true
 """
 
 SENTENCES = [
@@ -90,6 +97,7 @@ class Served:
 def served(module_serve: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("embeddings")
     write_mlp(folder / "mlp.onnx", dims=(4, 8, 2))
+    _with_a_dense_module(folder / "dense")
     digest = {name: hashlib.sha256(key.encode()).hexdigest()
               for name, key in (("infer", INFER_KEY), ("read", READ_KEY), ("admin", ADMIN_KEY))}
     daemon = module_serve(CONFIG.format(minilm=MINILM, max_inputs=MAX_INPUTS, **digest),
@@ -101,6 +109,19 @@ def served(module_serve: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with httpx.Client(base_url=daemon.url, timeout=120, headers=headers) as http:
         yield Served(daemon, client, http, reference)
     client.close()
+
+
+def _with_a_dense_module(folder: Path) -> None:
+    """MiniLM's files, but a sentence-transformers layout with a Dense projection after the
+    pooling, which SnoozeML does not run."""
+    folder.mkdir()
+    for item in MINILM.iterdir():
+        if item.name != "modules.json":
+            (folder / item.name).symlink_to(item)
+    modules = json.loads((MINILM / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense",
+                       "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
 
 
 def vectors(response: Any) -> np.ndarray:
@@ -374,7 +395,17 @@ def test_the_roles_apply_401_without_a_key_and_403_for_readonly(served: Served) 
             model="minilm", input="text")
     # readonly may list the models
     listed = openai.OpenAI(base_url=url, api_key=READ_KEY, max_retries=0).models.list()
-    assert [model.id for model in listed.data] == ["minilm", "minilm-short"]
+    assert [model.id for model in listed.data] == ["minilm", "minilm-short", "minilm-dense"]
+
+
+def test_a_model_with_modules_snoozeml_does_not_run_fails_saying_which(served: Served) -> None:
+    with pytest.raises(openai.InternalServerError) as raised:
+        served.client.with_options(max_retries=0).embeddings.create(model="minilm-dense",
+                                                                    input="text")
+
+    assert raised.value.status_code == 503
+    assert "Dense" in raised.value.message
+    assert status_of(served.http, "minilm-dense")["state"] == "FAILED"
 
 
 def test_a_wrong_method_is_a_405_in_openai_shape(served: Served) -> None:
@@ -391,7 +422,7 @@ def test_v1_models_lists_the_models_that_embed_and_retrieves_one(served: Served)
     listed = served.client.models.list()
     one = served.client.models.retrieve("minilm")
 
-    assert [model.id for model in listed.data] == ["minilm", "minilm-short"]
+    assert [model.id for model in listed.data] == ["minilm", "minilm-short", "minilm-dense"]
     assert all(model.object == "model" and model.owned_by == "snoozeml" for model in listed.data)
     assert one.id == "minilm"
     assert one.created > 0

@@ -30,7 +30,7 @@ from snoozeml.api.http_body import read_body
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
 from snoozeml.engine.service import InferenceService
-from snoozeml.errors import InvalidInput, ModelNotFound
+from snoozeml.errors import BackendError, InvalidInput, ModelNotFound
 from snoozeml.operations import Operation
 from snoozeml.runtime.text import TEXT, TOKEN_COUNT
 from snoozeml.runtime.text_settings import (
@@ -164,8 +164,8 @@ class Embeddings:
         if found is None:
             try:
                 found = self._settings[model.name] = text_settings(model.spec)
-            except UnsupportedLayout as exc:  # the model cannot load either: it says so too
-                raise InvalidInput(str(exc)) from None
+            except UnsupportedLayout as exc:  # the files changed since the model loaded
+                raise BackendError(str(exc)) from None
         return found
 
     def _embedding_model(self, name: str) -> Any:
@@ -200,8 +200,10 @@ class Embeddings:
         dimensions = parse_dimensions(doc.get("dimensions"))
         encoding = parse_encoding(doc.get("encoding_format"))
         model = self._embedding_model(name)
-        settings = self._text_settings(model)
+        # Loaded first: a model whose settings cannot be worked out fails its load, and the
+        # answer is that load error (503), not this request's fault.
         metadata = await self.service.model_metadata(name)
+        settings = self._text_settings(model)
         width = _check_model(metadata, name, inputs)
         if width > 0:  # refused before the model runs when the metadata says the width
             _check_dimensions(dimensions, width, name, model.spec.matryoshka)
