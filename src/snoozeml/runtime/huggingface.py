@@ -30,6 +30,7 @@ from snoozeml.runtime.hf_load import NotMappable, load_mapped
 from snoozeml.runtime.text import (
     TEXT,
     TOKEN_COUNT,
+    LengthCheck,
     check_text,
     load_tokenizer,
     token_counts,
@@ -100,8 +101,11 @@ class HuggingFaceInstance:
         self.max_length = min(settings.max_length, positions) if positions > 0 \
             else settings.max_length
         self.tokenizer: Any = None
+        self._lengths: LengthCheck | None = None
         if spec.tokenize:
             self.tokenizer = load_tokenizer(tokenizer_file(spec), self.max_length)
+            if not self.truncate:
+                self._lengths = LengthCheck(self.tokenizer, self.max_length)
         if self.task == "feature-extraction":
             log_event("text_model", model=spec.name, pooling=self.pooling,
                       output="pooler_output" if self.pooling == "model" else "last_hidden_state",
@@ -151,7 +155,7 @@ class HuggingFaceInstance:
         """What the model would fail on, as a 400 for this request alone (called before the
         request joins a batch, so it never fails its neighbours)."""
         if TEXT in inputs:
-            check_text(inputs, self.tokenizer, self.truncate, self.max_length)
+            check_text(inputs, self._lengths)
             return
         if self.task == "image-classification":
             return

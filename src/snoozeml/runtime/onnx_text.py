@@ -36,6 +36,7 @@ from snoozeml.runtime.stacking import merge_inputs
 from snoozeml.runtime.text import (
     TEXT,
     TOKEN_COUNT,
+    LengthCheck,
     check_text,
     load_tokenizer,
     token_counts,
@@ -162,6 +163,7 @@ class OnnxTextInstance:
                  max_length: int, plan: GraphPlan, limits: _Limits) -> None:
         self._inner = inner
         self._tokenizer = tokenizer
+        self._lengths = None if settings.truncate else LengthCheck(tokenizer, max_length)
         self._settings = settings
         self._max_length = max_length
         self._plan = plan
@@ -191,7 +193,7 @@ class OnnxTextInstance:
         ids: shapes that agree, ids the model has, and `token_type_ids` filled with zeros when
         the graph takes them and the request left them out."""
         if TEXT in inputs:
-            check_text(inputs, self._tokenizer, self._settings.truncate, self._max_length)
+            check_text(inputs, self._lengths)
             return
         shape = inputs["input_ids"].shape
         for name in TOKEN_INPUTS[1:]:

@@ -51,21 +51,52 @@ def _tokenizers() -> Any:
     return tokenizers
 
 
-def check_text(inputs: Arrays, tokenizer: Any, truncate: bool, max_length: int) -> None:
+def check_text(inputs: Arrays, lengths: LengthCheck | None) -> None:
     """A request's `text` as one string per row (replaced in `inputs`), or its 400: not a
-    vector, not UTF-8, or (with truncate = false) longer than max_length tokens."""
+    vector, not UTF-8, or (`lengths`: a truncate = false model) longer than its max_length."""
     extra = sorted(set(inputs) - {TEXT})
     if extra:
         raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
     if inputs[TEXT].ndim != 1:
         raise InvalidInput("input 'text' takes one string per row (shape [rows])")
     inputs[TEXT] = strings = utf8_strings(inputs[TEXT], TEXT)
-    if truncate:
+    if lengths is None:
         return
-    for row, encoding in enumerate(tokenizer.encode_batch([str(s) for s in strings])):
-        if encoding.overflowing:
-            raise InvalidInput(f"input 'text': row {row} is longer than the {max_length} tokens "
-                               "the model takes (truncate = false)")
+    for row, text in enumerate(strings):
+        if not lengths.fits(str(text)):
+            raise InvalidInput(f"input 'text': row {row} is longer than the {lengths.max_length} "
+                               "tokens the model takes (truncate = false)")
+
+
+class LengthCheck:
+    """Whether a text fits in `max_length` tokens, special tokens included (truncate = false).
+
+    It runs before the request is queued, on the event loop, so a long text is never
+    tokenized whole: a prefix of it is, four times longer each round, until the tokens that
+    end well before the cut (words the cut cannot have changed) are already too many, or the
+    prefix is the whole text. A text of a megabyte that is too long costs a prefix of a few
+    thousand characters. It has its own copy of the tokenizer, without truncation (the
+    model's copy truncates, and its worker thread uses it meanwhile)."""
+
+    FIRST_PREFIX = 1024  # characters; then four times max_length at least
+    CUT_MARGIN = 128  # characters before the cut whose tokens may differ from the whole text's
+
+    def __init__(self, tokenizer: Any, max_length: int) -> None:
+        self.max_length = max_length
+        self._tokenizer = _tokenizers().Tokenizer.from_str(tokenizer.to_str())
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+
+    def fits(self, text: str) -> bool:
+        chars = max(self.FIRST_PREFIX, 4 * self.max_length)
+        while len(text) > chars:
+            encoding = self._tokenizer.encode(text[:chars])
+            settled = chars - self.CUT_MARGIN
+            # Special tokens have empty offsets at 0: they count, as they do in the whole text.
+            if sum(1 for _, end in encoding.offsets if end <= settled) > self.max_length:
+                return False
+            chars *= 4
+        return len(self._tokenizer.encode(text).ids) <= self.max_length
 
 
 @dataclass(frozen=True, slots=True)
