@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 from torch_models import MINILM
 
-from snoozeml.runtime.text import LengthCheck, load_tokenizer
+from snoozeml.runtime.text import LengthCheck, encode_all, load_tokenizer
 
 WORDS = ["cat", "internationalisation", "the", "of", "Zürich", "東京", "unbelievably", ",",
          "x" * 150, "scale-to-zero", "42", "naïve", "pneumonoultramicroscopicsilicovolcanoconiosis"]
@@ -45,3 +45,12 @@ def test_the_models_own_tokenizer_keeps_truncating() -> None:
     tokenizer = load_tokenizer(MINILM / "tokenizer.json", 16)
     LengthCheck(tokenizer, 16).fits("word " * 1000)
     assert len(tokenizer.encode("word " * 1000).ids) == 16
+
+
+@pytest.mark.parametrize("max_length", [16, 256])
+def test_encode_all_gives_the_whole_texts_truncated_tokens(max_length: int) -> None:
+    tokenizer = load_tokenizer(MINILM / "tokenizer.json", max_length)
+    for seed in range(3):
+        texts = _texts(seed)
+        expected = [e.ids for e in tokenizer.encode_batch(texts)]
+        assert [e.ids for e in encode_all(tokenizer, texts)] == expected

@@ -68,6 +68,41 @@ def check_text(inputs: Arrays, lengths: LengthCheck | None) -> None:
                                "tokens the model takes (truncate = false)")
 
 
+# Long texts are tokenized by prefixes (LengthCheck, encode_all): the first this long, in
+# characters (and four times the token limit at least), then four times longer each round.
+FIRST_PREFIX = 1024
+# Tokens that end this many characters before a prefix's cut are the whole text's tokens: the
+# cut can only change the words it falls inside (WordPiece gives up on words of 100).
+CUT_MARGIN = 128
+
+
+def encode_all(tokenizer: Any, texts: list[str]) -> list[Any]:
+    """`tokenizer.encode_batch(texts)` with its truncation, tokenizing no more of a long text
+    than its first max_length tokens need: a prefix, longer each round, until it overflows
+    and its last kept token ends well before the cut. A megabyte of text costs what a few
+    thousand characters do, not a second of the model's worker."""
+    truncation = tokenizer.truncation
+    if not truncation:
+        return list(tokenizer.encode_batch(texts))
+    first = max(FIRST_PREFIX, 4 * int(truncation["max_length"]))
+    encodings = list(tokenizer.encode_batch([t[:first] for t in texts]))
+    for i, text in enumerate(texts):
+        chars = first
+        while len(text) > chars and not _settled(encodings[i], chars):
+            chars *= 4
+            encodings[i] = tokenizer.encode(text[:chars])
+    return encodings
+
+
+def _settled(encoding: Any, chars: int) -> bool:
+    """Whether a truncated encoding of a text's first `chars` characters is the whole text's."""
+    if not encoding.overflowing:  # fewer tokens than the limit: the rest of the text has more
+        return False
+    ends = [end for (_, end), special in zip(encoding.offsets, encoding.special_tokens_mask,
+                                             strict=True) if not special]
+    return bool(ends) and max(ends) <= chars - CUT_MARGIN
+
+
 class LengthCheck:
     """Whether a text fits in `max_length` tokens, special tokens included (truncate = false).
 
@@ -78,9 +113,6 @@ class LengthCheck:
     thousand characters. It has its own copy of the tokenizer, without truncation (the
     model's copy truncates, and its worker thread uses it meanwhile)."""
 
-    FIRST_PREFIX = 1024  # characters; then four times max_length at least
-    CUT_MARGIN = 128  # characters before the cut whose tokens may differ from the whole text's
-
     def __init__(self, tokenizer: Any, max_length: int) -> None:
         self.max_length = max_length
         self._tokenizer = _tokenizers().Tokenizer.from_str(tokenizer.to_str())
@@ -88,10 +120,10 @@ class LengthCheck:
         self._tokenizer.no_padding()
 
     def fits(self, text: str) -> bool:
-        chars = max(self.FIRST_PREFIX, 4 * self.max_length)
+        chars = max(FIRST_PREFIX, 4 * self.max_length)
         while len(text) > chars:
             encoding = self._tokenizer.encode(text[:chars])
-            settled = chars - self.CUT_MARGIN
+            settled = chars - CUT_MARGIN
             # Special tokens have empty offsets at 0: they count, as they do in the whole text.
             if sum(1 for _, end in encoding.offsets if end <= settled) > self.max_length:
                 return False
@@ -112,7 +144,7 @@ def tokenize(tokenizer: Any, texts: Sequence[np.ndarray], token_types: bool) -> 
     flat: list[str] = []
     for array in texts:
         flat.extend(str(v) for v in array.reshape(-1))
-    encodings = tokenizer.encode_batch(flat)
+    encodings = encode_all(tokenizer, flat)
     counts = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
     longest = int(counts.max()) if counts.size else 0
     ids = np.zeros((len(encodings), longest), dtype=np.int64)
