@@ -217,8 +217,9 @@ class Embeddings:
             pieces = [_ids_request(ids[i:i + rows], token_types)
                       for i in range(0, len(ids), rows)]
         embeddings, counts = await self._run(name, pieces)
-        width = embeddings.shape[1]
-        _check_dimensions(dimensions, width, name, model.spec.matryoshka)
+        if width <= 0:  # now the answer says it
+            width = embeddings.shape[1]
+            _check_dimensions(dimensions, width, name, model.spec.matryoshka)
         if dimensions is not None and dimensions < width:
             embeddings = embeddings[:, :dimensions]
             if settings.normalize:

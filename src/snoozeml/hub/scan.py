@@ -16,7 +16,6 @@ Hidden folders (such as the `.cache/huggingface` that downloads leave behind) ar
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -31,6 +30,8 @@ from snoozeml.runtime.text_settings import (
     DEFAULT_POOLING,
     TOKENIZER_FILE,
     Pooling,
+    beside_or_above,
+    read_json,
     sentence_transformers,
 )
 
@@ -233,9 +234,8 @@ def _onnx_text(
     tokenize = true): one with a tokenizer.json beside it, or in the folder above it (the
     Hub's `onnx/model.onnx`; runtime/text_settings.tokenizer_folder finds it there too), and a
     graph that runtime/onnx_text.py can feed and pool. None for any other."""
-    folder = next((f for f in (file.parent, file.parent.parent)
-                   if (f / TOKENIZER_FILE).is_file()), None)
-    if folder is None:
+    folder = beside_or_above(file)
+    if not (folder / TOKENIZER_FILE).is_file():
         return None
     where = "beside it" if folder == file.parent else "in the folder above"
     found: list[str] = []
@@ -257,13 +257,6 @@ def _onnx_text(
 # --- safetensors -----------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _task_of(architectures: list[str]) -> Task | None:
     for arch in architectures:
         if arch.endswith("ForSequenceClassification"):
@@ -276,7 +269,7 @@ def _task_of(architectures: list[str]) -> Task | None:
 
 
 def _hf_model(folder: Path) -> ScannedModel:
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     raw = config.get("architectures") if isinstance(config, dict) else None
     architectures = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
     task = _task_of(architectures)

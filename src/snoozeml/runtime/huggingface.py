@@ -22,7 +22,6 @@ import torch
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata, TensorSpec
-from snoozeml.errors import InvalidInput
 from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays
@@ -31,7 +30,9 @@ from snoozeml.runtime.text import (
     TEXT,
     TOKEN_COUNT,
     LengthCheck,
+    TokenLimits,
     check_text,
+    check_token_ids,
     load_tokenizer,
     token_counts,
     tokenize,
@@ -91,20 +92,20 @@ class HuggingFaceInstance:
             raise RuntimeError(str(exc)) from None
         self.pooling = settings.pooling
         self.normalize = settings.normalize
-        self.truncate = settings.truncate
         if self.task == "feature-extraction" and self.pooling == "model" \
                 and getattr(self.model, "pooler", None) is None:
             raise RuntimeError(f"pooling = \"model\" but {type(self.model).__name__} has no "
                                "pooler of its own (pooler_output)")
+        self._limits = TokenLimits.of(lambda key: getattr(self.model.config, key, None))
         # Never more tokens than the model has positions: past them it fails on every request.
-        positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        positions = self._limits.positions
         self.max_length = min(settings.max_length, positions) if positions > 0 \
             else settings.max_length
         self.tokenizer: Any = None
         self._lengths: LengthCheck | None = None
         if spec.tokenize:
             self.tokenizer = load_tokenizer(tokenizer_file(spec), self.max_length)
-            if not self.truncate:
+            if not settings.truncate:
                 self._lengths = LengthCheck(self.tokenizer, self.max_length)
         if self.task == "feature-extraction":
             log_event("text_model", model=spec.name, pooling=self.pooling,
@@ -159,25 +160,7 @@ class HuggingFaceInstance:
             return
         if self.task == "image-classification":
             return
-        shape = inputs["input_ids"].shape
-        for name in ("attention_mask", "token_type_ids"):
-            if name in inputs and inputs[name].shape != shape:
-                raise InvalidInput(f"input {name!r} has shape {list(inputs[name].shape)}; it "
-                                   f"must match input_ids {list(shape)}")
-        if shape[1] == 0 and shape[0] > 0:
-            raise InvalidInput("input 'input_ids' has no tokens")
-        positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        if positions and shape[1] > positions:
-            raise InvalidInput(f"input 'input_ids' has {shape[1]} tokens; the model takes at "
-                               f"most {positions}")
-        vocab = int(getattr(self.model.config, "vocab_size", 0) or 0)
-        ids = inputs["input_ids"]
-        if vocab and ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            raise InvalidInput(f"input 'input_ids' holds a token id outside [0, {vocab})")
-        types = inputs.get("token_type_ids")
-        kinds = int(getattr(self.model.config, "type_vocab_size", 0) or 0)
-        if types is not None and kinds and types.size and (types.min() < 0 or types.max() >= kinds):
-            raise InvalidInput(f"input 'token_type_ids' holds a type id outside [0, {kinds})")
+        check_token_ids(inputs, self._limits)
 
     # --- running --------------------------------------------------------------------------
 

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
-from snoozeml.errors import InvalidInput
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays, Instance, Unsplittable
 from snoozeml.runtime.stacking import merge_inputs
@@ -37,7 +35,9 @@ from snoozeml.runtime.text import (
     TEXT,
     TOKEN_COUNT,
     LengthCheck,
+    TokenLimits,
     check_text,
+    check_token_ids,
     load_tokenizer,
     token_counts,
     tokenize,
@@ -115,7 +115,10 @@ def load_text_blocking(spec: ModelConfig, load: Callable[[], Instance]) -> OnnxT
         settings = text_settings(spec)
     except UnsupportedLayout as exc:
         raise RuntimeError(str(exc)) from None
-    limits = _Limits.read(tokenizer_folder(spec) / "config.json")
+    # What the Hugging Face config.json beside the tokenizer says the graph takes: token ids
+    # past it would fail inside onnxruntime, so they are a 400 before queueing.
+    config = read_json(tokenizer_folder(spec) / "config.json")
+    limits = TokenLimits.of(config.get if isinstance(config, dict) else lambda key: None)
     # Never more tokens than the model has positions: past them it fails on every request.
     max_length = min(settings.max_length, limits.positions) if limits.positions \
         else settings.max_length
@@ -132,35 +135,11 @@ def load_text_blocking(spec: ModelConfig, load: Callable[[], Instance]) -> OnnxT
     return OnnxTextInstance(inner, tokenizer, settings, max_length, plan, limits)
 
 
-@dataclass(frozen=True, slots=True)
-class _Limits:
-    """What the Hugging Face config.json beside the tokenizer says the graph takes (0: unknown);
-    token ids past them would fail inside onnxruntime, so they are a 400 before queueing."""
-
-    positions: int = 0
-    vocab: int = 0
-    types: int = 0
-
-    @classmethod
-    def read(cls, path: Path) -> _Limits:
-        raw = read_json(path)
-        if not isinstance(raw, dict):
-            return cls()
-
-        def number(key: str) -> int:
-            value = raw.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) \
-                and value > 0 else 0
-
-        return cls(number("max_position_embeddings"), number("vocab_size"),
-                   number("type_vocab_size"))
-
-
 class OnnxTextInstance:
     """An ONNX instance (`inner`) that also takes `text` and pools an `embedding`."""
 
     def __init__(self, inner: Instance, tokenizer: Any, settings: TextSettings,
-                 max_length: int, plan: GraphPlan, limits: _Limits) -> None:
+                 max_length: int, plan: GraphPlan, limits: TokenLimits) -> None:
         self._inner = inner
         self._tokenizer = tokenizer
         self._lengths = None if settings.truncate else LengthCheck(tokenizer, max_length)
@@ -195,21 +174,10 @@ class OnnxTextInstance:
         if TEXT in inputs:
             check_text(inputs, self._lengths)
             return
-        shape = inputs["input_ids"].shape
-        for name in TOKEN_INPUTS[1:]:
-            if name in inputs and inputs[name].shape != shape:
-                raise InvalidInput(f"input {name!r} has shape {list(inputs[name].shape)}; it "
-                                   f"must match input_ids {list(shape)}")
-        if shape[1] == 0 and shape[0] > 0:
-            raise InvalidInput("input 'input_ids' has no tokens")
-        if self._limits.positions and shape[1] > self._limits.positions:
-            raise InvalidInput(f"input 'input_ids' has {shape[1]} tokens; the model takes at "
-                               f"most {self._limits.positions}")
-        _check_range(inputs, "input_ids", "token", self._limits.vocab)
-        _check_range(inputs, "token_type_ids", "type", self._limits.types)
+        check_token_ids(inputs, self._limits)
         types = self._graph_inputs.get("token_type_ids")
         if types is not None and "token_type_ids" not in inputs:
-            inputs["token_type_ids"] = np.zeros(shape, dtype=types)
+            inputs["token_type_ids"] = np.zeros(inputs["input_ids"].shape, dtype=types)
         self._inner.validate_inputs(inputs)
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
@@ -325,12 +293,6 @@ def pool(value: np.ndarray, mask: np.ndarray, pooling: Pooling) -> np.ndarray:
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1),
                                                              np.float32(1e-9))
     return pooled
-
-
-def _check_range(inputs: Arrays, name: str, kind: str, limit: int) -> None:
-    ids = inputs.get(name)
-    if limit and ids is not None and ids.size and (ids.min() < 0 or ids.max() >= limit):
-        raise InvalidInput(f"input {name!r} holds a {kind} id outside [0, {limit})")
 
 
 def _rows(inputs: Arrays) -> int:

@@ -8,7 +8,7 @@ and each row keeps its own token count (the `token_count` output, and the usage 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +166,50 @@ def tokenize(tokenizer: Any, texts: Sequence[np.ndarray], token_types: bool) -> 
     if types is not None:
         feeds["token_type_ids"] = types
     return Tokenized(feeds, lengths, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLimits:
+    """What a model's config says its token inputs may hold (0: it does not say)."""
+
+    positions: int = 0  # max_position_embeddings
+    vocab: int = 0  # vocab_size
+    types: int = 0  # type_vocab_size
+
+    @classmethod
+    def of(cls, config: Callable[[str], object]) -> TokenLimits:
+        """From a config's values by key (`getattr` on a transformers config, `dict.get`
+        on its JSON); anything but a positive integer counts as unknown."""
+        def number(key: str) -> int:
+            value = config(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) \
+                and value > 0 else 0
+
+        return cls(number("max_position_embeddings"), number("vocab_size"),
+                   number("type_vocab_size"))
+
+
+def check_token_ids(inputs: Arrays, limits: TokenLimits) -> None:
+    """A request's token ids as a 400, before it is queued: shapes that disagree, no tokens,
+    more tokens than the model has positions, ids outside its vocabulary or token types."""
+    shape = inputs["input_ids"].shape
+    for name in ("attention_mask", "token_type_ids"):
+        if name in inputs and inputs[name].shape != shape:
+            raise InvalidInput(f"input {name!r} has shape {list(inputs[name].shape)}; it "
+                               f"must match input_ids {list(shape)}")
+    if shape[1] == 0 and shape[0] > 0:
+        raise InvalidInput("input 'input_ids' has no tokens")
+    if limits.positions and shape[1] > limits.positions:
+        raise InvalidInput(f"input 'input_ids' has {shape[1]} tokens; the model takes at most "
+                           f"{limits.positions}")
+    _check_range(inputs, "input_ids", "token", limits.vocab)
+    _check_range(inputs, "token_type_ids", "type", limits.types)
+
+
+def _check_range(inputs: Arrays, name: str, kind: str, limit: int) -> None:
+    ids = inputs.get(name)
+    if limit and ids is not None and ids.size and (ids.min() < 0 or ids.max() >= limit):
+        raise InvalidInput(f"input {name!r} holds a {kind} id outside [0, {limit})")
 
 
 def token_counts(feeds: Arrays) -> np.ndarray:

@@ -134,7 +134,13 @@ def tokenizer_folder(spec: ModelConfig) -> Path:
         return spec.tokenizer.parent if spec.tokenizer.suffix == ".json" else spec.tokenizer
     if spec.path.is_dir():
         return spec.path
-    here = spec.path.parent
+    return beside_or_above(spec.path)
+
+
+def beside_or_above(file: Path) -> Path:
+    """The folder of a model file's tokenizer: the file's own, or its parent when only that
+    has a tokenizer.json (the Hub's `onnx/model.onnx`)."""
+    here = file.parent
     if not (here / TOKENIZER_FILE).is_file() and (here.parent / TOKENIZER_FILE).is_file():
         return here.parent
     return here
