@@ -41,6 +41,7 @@ class Daemon:
         self._proc: subprocess.Popen[str] | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.modelmesh_port: int | None = None
         self._reader_done = False
 
     # --- process --------------------------------------------------------------------------
@@ -59,6 +60,8 @@ class Daemon:
         match = re.search(r"grpc_port=(\d+)", line)
         assert match, line
         self.grpc_port = int(match.group(1))
+        match = re.search(r"modelmesh_port=(\d+)", line)
+        self.modelmesh_port = int(match.group(1)) if match else None
         return self
 
     def _read(self) -> None:

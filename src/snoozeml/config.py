@@ -133,6 +133,13 @@ class ServerConfig(_Section):
     cache_dir: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
     # The most inputs one /v1/embeddings request may carry (OpenAI's own limit).
     max_embedding_inputs: StrictInt = Field(default=2048, ge=1)
+    # KServe ModelMesh's model-runtime SPI (api/modelmesh.py): off unless a port is set (0
+    # picks a free one). ModelMesh runs in the same pod and expects 8085, so it listens on
+    # loopback unless told otherwise.
+    modelmesh_port: StrictInt | None = Field(default=None, ge=0, le=65535)
+    modelmesh_host: StrictStr = Field(default="127.0.0.1", min_length=1)
+    modelmesh_loading_concurrency: StrictInt = Field(default=2, ge=1, le=1024)
+    modelmesh_default_model_size: Size = 128 * 1024 * 1024
     memory: MemoryConfig = MemoryConfig()
     replicas: ReplicaDefaults = ReplicaDefaults()
     metrics: MetricsConfig = MetricsConfig()
@@ -319,30 +326,40 @@ def parse_config(
         problems.sort(key=problem_line)
         raise ConfigError(problems)
 
-    models: list[ModelConfig] = []
-    for i, model in enumerate(config.models):
-        path = model.path if model.path.is_absolute() else base / model.path
-        fields = model.model_fields_set
-        models.append(model.model_copy(update={
-            "path": path,
-            "format": model.format or formats[i],
-            "tokenizer": model.tokenizer if model.tokenizer is None
-            or model.tokenizer.is_absolute() else base / model.tokenizer,
-            "idle_timeout": model.idle_timeout if "idle_timeout" in fields
-            else config.server.idle_timeout,
-            "load_timeout": model.load_timeout if model.load_timeout is not None
-            else config.server.load_timeout,
-            "replicas": ReplicasConfig(**{
-                **config.server.replicas.model_dump(),
-                **model.replicas.model_dump(include=model.replicas.model_fields_set),
-            }),
-        }))
+    models = [resolve_model(model, config.server, base, formats[i])
+              for i, model in enumerate(config.models)]
     auth = resolve_paths(config.auth, base) if config.auth is not None else None
     server = config.server
     if server.cache_dir is not None and not server.cache_dir.is_absolute():
         server = server.model_copy(update={"cache_dir": base / server.cache_dir})
     return config.model_copy(update={"models": models, "source": source, "auth": auth,
                                      "server": server})
+
+
+def resolve_model(
+    model: ModelConfig, server: ServerConfig, base: Path, found_format: str | None = None
+) -> ModelConfig:
+    """A model entry as the engine takes it: paths made absolute against `base`, the format
+    filled in (`found_format`, from the path's layout), and what the entry leaves out inherited
+    from `[server]`."""
+    fields = model.model_fields_set
+    return model.model_copy(update={
+        "path": model.path if model.path.is_absolute() else base / model.path,
+        "format": model.format or found_format,
+        "tokenizer": model.tokenizer if model.tokenizer is None
+        or model.tokenizer.is_absolute() else base / model.tokenizer,
+        "idle_timeout": model.idle_timeout if "idle_timeout" in fields else server.idle_timeout,
+        "load_timeout": model.load_timeout if model.load_timeout is not None
+        else server.load_timeout,
+        "replicas": ReplicasConfig(**{
+            **server.replicas.model_dump(),
+            **model.replicas.model_dump(include=model.replicas.model_fields_set),
+        }),
+    })
+
+
+def valid_model_name(name: str) -> bool:
+    return bool(_NAME.fullmatch(name))
 
 
 Problem = Callable[[tuple[str | int, ...], str], None]

@@ -153,6 +153,7 @@ SCALING = ScalingSnapshot(
 
 def snapshot_of(model_batching: BatchingSnapshot, last_used: float | None) -> StatusSnapshot:
     model = ModelSnapshot(
+        origin="config",
         name="m", format="onnx", device="cpu", pinned=False, state="UNLOADED", reason="",
         replicas=(), scaling=SCALING, in_flight=0, queued=0, last_used=last_used,
         expires_at=None,

@@ -27,6 +27,7 @@ from snoozeml.api.grpc_codec import (
     encode_grpc_response,
     metadata_proto,
 )
+from snoozeml.api.repository_params import grpc_parameters, load_parameters
 from snoozeml.api.statistics import statistics_proto
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import ModelNotFound
@@ -106,16 +107,33 @@ def opens_its_own_call(operation: Operation) -> Callable[[T], T]:
     return tag
 
 
+def _mesh_id(context: Context) -> str | None:
+    """The model id ModelMesh routes the call by (`mm-model-id`, or UTF-8 in
+    `mm-model-id-bin`), if the call has one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "mm-model-id" and isinstance(value, str):
+            return value
+        if key == "mm-model-id-bin" and isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+    return None
+
+
 def rpc(
-    operation: Operation, model: Callable[[Any], str | None] | None = None
+    operation: Operation, model: Callable[[Any], str | None] | None = None,
+    mesh_field: str | None = None,
 ) -> Callable[[Handler[Request, Response]], Handler[Request, Response]]:
     """Run a unary RPC of `operation` inside the request boundary; `model` reads the model's
-    name from the request."""
+    name from the request. A call routed by ModelMesh names its model in metadata: the id is
+    written into the request's `mesh_field`, as ModelMesh's id injection would."""
 
     def decorate(method: Handler[Request, Response]) -> Handler[Request, Response]:
         @functools.wraps(method)
         async def bounded(self: Any, request: Request, context: Context) -> Response:
             malformed = isinstance(request, Malformed)  # no model to name: it did not parse
+            if mesh_field is not None and not malformed:
+                mesh_id = _mesh_id(context)
+                if mesh_id is not None:
+                    setattr(request, mesh_field, mesh_id)
             call = self.boundary.begin(operation, "grpc",
                                        (model(request) or None) if model and not malformed
                                        else None)
@@ -147,7 +165,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.service.server_ready())
 
-    @rpc(Operation.MODEL_READY, model=lambda request: request.name)
+    @rpc(Operation.MODEL_READY, model=lambda request: request.name, mesh_field="name")
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Any
     ) -> pb.ModelReadyResponse:
@@ -161,7 +179,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             name=meta.name, version=meta.version, extensions=list(meta.extensions)
         )
 
-    @rpc(Operation.MODEL_METADATA, model=lambda request: request.name)
+    @rpc(Operation.MODEL_METADATA, model=lambda request: request.name, mesh_field="name")
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Any
     ) -> pb.ModelMetadataResponse:
@@ -174,7 +192,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             outputs=[metadata_proto(s) for s in meta.outputs],
         )
 
-    @rpc(Operation.INFER, model=lambda request: request.model_name)
+    @rpc(Operation.INFER, model=lambda request: request.model_name, mesh_field="model_name")
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
@@ -198,7 +216,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
-        await self.service.load(request.model_name)
+        params = load_parameters(grpc_parameters(request.parameters))
+        await self.service.load(request.model_name, path=params.path, kind=params.model_type)
         return pb.RepositoryModelLoadResponse()
 
     @rpc(Operation.REPOSITORY_UNLOAD, model=lambda request: request.model_name)
@@ -208,7 +227,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self.service.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
-    @rpc(Operation.MODEL_STATS, model=lambda request: request.name)
+    @rpc(Operation.MODEL_STATS, model=lambda request: request.name, mesh_field="name")
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Any
     ) -> pb.ModelStatisticsResponse:

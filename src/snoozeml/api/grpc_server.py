@@ -19,7 +19,7 @@ from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
 
 
-class _ParsedInBoundary(grpc.GenericRpcHandler):
+class ParsedInBoundary(grpc.GenericRpcHandler):
     """The handlers the generated `add_*_to_server` functions register (it stands in for the
     server there), each with a request deserializer that returns Malformed instead of raising
     (grpc_codec.parse_or_malformed): bytes that are no message are then the request
@@ -76,7 +76,7 @@ def create_grpc_server(
         ("grpc.so_reuseport", 0),
         *limit_options(config),
     ])
-    handlers = _ParsedInBoundary()
+    handlers = ParsedInBoundary()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
         InferenceServicer(service, boundary, max_message_size), handlers
     )

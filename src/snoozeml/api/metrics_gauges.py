@@ -24,9 +24,20 @@ class ModelLabels:
     Anything else (None, or a name no model has) is ""."""
 
     def __init__(self, models: Iterable[str], per_model: bool = True) -> None:
+        self._per_model = per_model
         self._labels: dict[str | None, str] = {
             name: name if per_model else "" for name in models
         }
+
+    def add(self, name: str) -> str:
+        """The label of a model added at run time (its name, or "")."""
+        label = self._labels[name] = name if self._per_model else ""
+        return label
+
+    def remove(self, name: str) -> str | None:
+        """Forget a model removed at run time; its label when no other model has it."""
+        label = self._labels.pop(name, None)
+        return None if label is None or label in self._labels.values() else label
 
     def of(self, model: str | None) -> str:
         return self._labels.get(model, "")

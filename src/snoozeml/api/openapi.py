@@ -132,15 +132,24 @@ def paths() -> dict[str, Schema]:
                       answer("Ready", ref("ModelReady")), "404", tag="metadata")
     model_ready["responses"]["503"] = answer("The model is FAILED", ref("ModelReady"))
     infer = _infer()
-    index = _op("repository_index", "Every configured model and its state",
+    index = _op("repository_index", "Every model (configured or added) and its state",
                 answer("The models, in config order", array(ref("IndexEntry"))), "400", "413",
                 tag="repository", requestBody={"required": False, "content": {
                     "application/json": {"schema": {
                         "type": "object", "properties": {"ready": BOOL},
                         "description": "`ready`: only READY models. No body: every model."}}}})
     load = _op("repository_load", "Load the model now; answers once it is READY",
-               answer("Loaded", obj()), "404", "503", tag="repository")
-    unload = _op("repository_unload", "Unload the model now; answers once it is UNLOADED",
+               answer("Loaded", obj()), "400", "404", "413", "503", tag="repository",
+               requestBody={"required": False, "content": {"application/json": {"schema": {
+                   "type": "object", "properties": {"parameters": {
+                       "type": "object", "properties": {"path": STR, "model_type": STR},
+                       "additionalProperties": False}},
+                   "description": "`parameters.path`: add a model that models.toml does not "
+                   "have, from an .onnx file, a folder holding one, or a safetensors model "
+                   "folder on the daemon's machine (absolute); `model_type` (onnx, "
+                   "safetensors, pytorch) narrows its format. No body: load a known model."}}}})
+    unload = _op("repository_unload", "Unload the model now; answers once it is UNLOADED "
+                 "(a model added by path is forgotten too)",
                  answer("Unloaded", obj()), "404", tag="repository")
     stats = _op("model_stats", "Triton's statistics extension",
                 answer("Counts and summed durations", ref("Statistics")), "404", tag="metadata")
@@ -247,7 +256,8 @@ def schemas() -> dict[str, Schema]:
                     largest_batch=COUNT, mean_queue_wait_ms=mean, mean_run_ms=mean,
                     **counts("queue_timeouts", "queue_full", "dropped"))
     model_status = obj(
-        name=STR, format=nullable(STR), device=STR, pinned=BOOL, state=ref("State"), reason=STR,
+        name=STR, origin={"enum": ["config", "repository", "modelmesh"]},
+        format=nullable(STR), device=STR, pinned=BOOL, state=ref("State"), reason=STR,
         replicas=COUNT, replica_details=array(replica), scaling=scaling, in_flight=COUNT,
         queued=COUNT, last_used=nullable(TIME), expires_at=nullable(TIME),
         idle_timeout_s=nullable(SECONDS), predicted_bytes=nullable(COUNT),

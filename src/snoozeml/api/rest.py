@@ -23,6 +23,7 @@ from snoozeml.api.http_body import ClientGone, read_body, scope_credentials
 from snoozeml.api.metrics import Metrics
 from snoozeml.api.openai import OPENAI_OPERATIONS, Embeddings, error_response
 from snoozeml.api.openapi import document
+from snoozeml.api.repository_params import LoadParameters, load_parameters
 from snoozeml.api.statistics import statistics_json
 from snoozeml.api.status import status_json
 from snoozeml.datatypes import TensorSpec
@@ -98,7 +99,13 @@ def handlers(
         ])
 
     async def load(request: Request) -> Response:
-        await service.load(*_model_args(request))
+        body = await read_body(request.scope, request.receive, max_request_size)
+        doc = parse_json(body, allow_empty=True)
+        if not isinstance(doc, dict):
+            raise InvalidInput("request body must be a JSON object")
+        params = load_parameters(doc["parameters"]) if "parameters" in doc else \
+            LoadParameters()
+        await service.load(*_model_args(request), path=params.path, kind=params.model_type)
         return json_response({})
 
     async def unload(request: Request) -> Response:

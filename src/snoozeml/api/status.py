@@ -95,6 +95,7 @@ def _device(device: DeviceSnapshot) -> dict[str, Any]:
 def _model(model: ModelSnapshot) -> dict[str, Any]:
     return {
         "name": model.name,
+        "origin": model.origin,
         "format": model.format,
         "device": model.device,
         "pinned": model.pinned,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from snoozeml.config import Config, load_config
+from snoozeml.config import Config, load_config, parse_config
 from snoozeml.errors import ConfigError
 from snoozeml.logs import configure_logging
 
@@ -41,7 +41,41 @@ def register(commands: Any) -> None:
     parser.add_argument("--grpc-port", type=_port, help="gRPC port; 0 picks a free one")
     parser.add_argument("--log-level", type=str.lower,
                         choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--model", action="append", default=[], type=_model_arg,
+                        metavar="NAME=PATH",
+                        help="also serve the model at PATH (an .onnx file, a folder holding "
+                        "one, or a safetensors model folder) as NAME; repeatable. Without a "
+                        "config file, the server's defaults apply")
     parser.set_defaults(handler=run)
+
+
+def _model_arg(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, not {text!r}")
+    return name, Path(path).absolute()
+
+
+def _with_models(config: Config, models: list[tuple[str, Path]]) -> Config:
+    """`config` with the `--model` entries added (ConfigError naming each that cannot be)."""
+    from snoozeml.errors import InvalidInput
+    from snoozeml.hub.by_path import spec_for_path
+
+    taken = {m.name for m in config.models}
+    added = []
+    problems = []
+    for name, path in models:
+        if name in taken:
+            problems.append(f"--model {name}: a model named {name!r} is already configured")
+            continue
+        try:
+            added.append(spec_for_path(name, path, config.server))
+        except InvalidInput as exc:
+            problems.append(f"--model {name}: {exc.message}")
+        taken.add(name)
+    if problems:
+        raise ConfigError(problems)
+    return config.model_copy(update={"models": [*config.models, *added]})
 
 
 def _apply_flags(config: Config, args: argparse.Namespace) -> Config:
@@ -65,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     from snoozeml.engine.probes import visible_gpus
 
     try:
-        config = _apply_flags(load_config(args.config, os.environ, visible_gpus()), args)
+        if args.model and not args.config.exists():  # the models come from the flags alone
+            config = parse_config({}, environ=os.environ)
+        else:
+            config = load_config(args.config, os.environ, visible_gpus())
+        config = _with_models(_apply_flags(config, args), args.model)
         auth = Authenticator.from_config(config.auth, os.environ)
     except ConfigError as exc:
         for problem in exc.problems:

@@ -144,25 +144,42 @@ class _Watch:
 class Autoscaler:
     def __init__(self, models: Iterable[Model], events: EventBus, clock: Clock) -> None:
         self._watches: dict[str, _Watch] = {}
-        for model in models:
-            most, wanted = model.replicas.max_replicas, model.spec.replicas.max
-            if most < wanted:
-                log_event("replicas_capped", logging.WARNING, model=model.name, max=wanted,
-                          cpu_replicas=most, reason="one replica per core; set "
-                          "intra_op_threads to choose threads and replicas yourself")
-            if most > 1:
-                self._watches[model.name] = _Watch(model)
         self._events = events
         self._clock = clock
+        self.tick = 0.1
+        self._wake = asyncio.Event()
+        self._started = False
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        for model in models:
+            self.watch(model)
+        self._unsubscribe = events.subscribe_each({StateChanged: self._on_state,
+                                                   Draining: self._on_draining})
+
+    def watch(self, model: Model) -> None:
+        """Scale `model` from now on (if it may have more than one replica): at start, and for
+        a model added at run time."""
+        most, wanted = model.replicas.max_replicas, model.spec.replicas.max
+        if most < wanted:
+            log_event("replicas_capped", logging.WARNING, model=model.name, max=wanted,
+                      cpu_replicas=most, reason="one replica per core; set "
+                      "intra_op_threads to choose threads and replicas yourself")
+        if most <= 1:
+            return
+        self._watches[model.name] = _Watch(model)
         spans = [span for w in self._watches.values()
                  for span in (w.policy.scale_up_after, w.policy.scale_down_after)]
         # Ten samples per window at least, and no busier than 100 a second.
-        self.tick = min(max(min(spans, default=1.0) / 10, 0.01), 0.25)
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        self._unsubscribe = events.subscribe_each({StateChanged: self._on_state,
-                                                   Draining: self._on_draining})
+        self.tick = min(max(min(spans) / 10, 0.01), 0.25)
+        if self._started:
+            self.start()
+        self._wake.set()
+
+    async def unwatch(self, name: str) -> None:
+        """Stop scaling the model `name`; waits for a step of it already under way."""
+        watch = self._watches.pop(name, None)
+        if watch is not None and watch.step is not None:
+            await asyncio.gather(watch.step, return_exceptions=True)
 
     def desired(self, name: str) -> int | None:
         """The replica count last decided for `name`; None when it does not scale."""
@@ -170,7 +187,8 @@ class Autoscaler:
         return watch.desired if watch is not None else None
 
     def start(self) -> None:
-        if self._watches and self._task is None:
+        self._started = True
+        if self._watches and self._task is None and not self._stopping:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:

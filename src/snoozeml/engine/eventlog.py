@@ -18,6 +18,8 @@ from snoozeml.engine.events import (
     LoadFailed,
     LoadFinished,
     LoadStarted,
+    ModelAdded,
+    ModelRemoved,
     OomRetry,
     ReplicaAdded,
     ReplicaDraining,
@@ -34,6 +36,14 @@ from snoozeml.logs import log_event
 def subscribe_logs(bus: EventBus) -> Callable[[], None]:
     """Log every event that has a line; returns the unsubscribe."""
     return bus.subscribe_each(_LINES)
+
+
+def _added(event: ModelAdded) -> None:
+    log_event("model_added", model=event.model, origin=event.origin, path=event.path)
+
+
+def _removed(event: ModelRemoved) -> None:
+    log_event("model_removed", model=event.model, origin=event.origin)
 
 
 def _load_started(event: LoadStarted) -> None:
@@ -134,6 +144,8 @@ def _request(event: RequestFinished) -> None:
 
 
 _LINES: dict[type[EngineEvent], Callable[[Any], None]] = {  # one line per kind
+    ModelAdded: _added,
+    ModelRemoved: _removed,
     LoadStarted: _load_started,
     LoadFinished: _loaded,
     LoadFailed: _load_failed,

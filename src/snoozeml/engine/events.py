@@ -94,6 +94,26 @@ class Unloaded(EngineEvent):
 
 
 @dataclass(slots=True)
+class ModelAdded(EngineEvent):
+    """A model registered at run time (not from models.toml): by ModelMesh's loadModel or the
+    repository extension's load with a path. Not loaded yet."""
+
+    wakes: ClassVar[bool] = True
+    model: str
+    origin: str  # "repository" or "modelmesh"
+    path: str
+
+
+@dataclass(slots=True)
+class ModelRemoved(EngineEvent):
+    """A model added at run time was unloaded and forgotten: its name is unknown from now."""
+
+    wakes: ClassVar[bool] = True
+    model: str
+    origin: str
+
+
+@dataclass(slots=True)
 class ModelIdle(EngineEvent):
     """The model's last lease ended: it may be evicted now."""
 

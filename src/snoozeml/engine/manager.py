@@ -1,5 +1,11 @@
-"""The registry of configured models: building them, finding them, preloading at start (and
-starting the autoscaler) and unloading everything at shutdown."""
+"""The registry of models: building them, finding them, preloading at start (and starting the
+autoscaler) and unloading everything at shutdown.
+
+Models come from models.toml, or are added at run time (engine/added.py: ModelMesh's loadModel,
+the repository extension's load by path) and removed again, with the same lifecycle, batching,
+memory admission, metrics and status. A model being removed leaves `models` at once (no new
+request finds it) but its memory is counted until its unload has finished.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from functools import partial
 from snoozeml.config import Config, ModelConfig, default_cache_dir
 from snoozeml.engine.autoscaler import Autoscaler
 from snoozeml.engine.clock import Clock, LoopClock
-from snoozeml.engine.events import EventBus
+from snoozeml.engine.events import EventBus, ModelAdded, ModelRemoved
 from snoozeml.engine.memory import MemoryManager
 from snoozeml.engine.model import Model
 from snoozeml.engine.probes import MemoryProbe, SystemProbe
@@ -41,23 +47,82 @@ class ModelManager:
             cache_dir = config.server.cache_dir or default_cache_dir()
             backend_factory = partial(backend_for, cache_dir=cache_dir)
         probe = probe or SystemProbe()
-        self.memory = MemoryManager(config.server, probe, lambda: self.models.values(),
-                                    self.events, self.clock.now)
-        gpus = probe.gpus()
+        self.memory = MemoryManager(config.server, probe, self._tenants, self.events,
+                                    self.clock.now)
+        self._backend_factory = backend_factory
+        self._gpus = probe.gpus()
         self.models: dict[str, Model] = {}
+        self.origins: dict[str, str] = {}  # name -> "config", "repository" or "modelmesh"
+        self.leaving: dict[str, asyncio.Task[None]] = {}  # name -> its removal, until done
+        self._leaving_models: dict[str, Model] = {}
         for spec in config.models:
-            backend = backend_factory(spec)
-            placements = [
-                Placement(device, self.memory.device_key(
-                    backend.memory_device(spec.model_copy(update={"device": device}), gpus)))
-                for device in spec.replicas.devices or [spec.device]
-            ]
-            replicas = ReplicaSet(spec, backend, placements, self.loader, self.memory,
-                                  self.events, self.clock)
-            self.models[spec.name] = Model(spec, replicas, self.events, self.clock)
+            self.models[spec.name] = self.build(spec)
+            self.origins[spec.name] = "config"
         self.autoscaler = Autoscaler(self.models.values(), self.events, self.clock)
         self._preloads: list[asyncio.Task[None]] = []
         self._sizes: asyncio.Task[None] | None = None  # every model's, read once at start
+
+    def build(self, spec: ModelConfig) -> Model:
+        """A model for `spec`, not registered (see `add`)."""
+        backend = self._backend_factory(spec)
+        placements = [
+            Placement(device, self.memory.device_key(
+                backend.memory_device(spec.model_copy(update={"device": device}), self._gpus)))
+            for device in spec.replicas.devices or [spec.device]
+        ]
+        replicas = ReplicaSet(spec, backend, placements, self.loader, self.memory,
+                              self.events, self.clock)
+        return Model(spec, replicas, self.events, self.clock)
+
+    def _tenants(self) -> list[Model]:
+        return [*self.models.values(), *self._leaving_models.values()]
+
+    def add(self, spec: ModelConfig, origin: str) -> Model:
+        """Register a model at run time (not loaded); the name must be free, and no removal
+        of that name may be under way (`await removed(name)` first)."""
+        assert spec.name not in self.models
+        assert spec.name not in self.leaving
+        model = self.build(spec)
+        self.models[spec.name] = model
+        self.origins[spec.name] = origin
+        self.autoscaler.watch(model)
+        self.events.publish(ModelAdded(spec.name, origin, str(spec.path)))
+        return model
+
+    def remove(self, name: str) -> asyncio.Task[None]:
+        """Unload a model added at run time and forget it; the name is unknown at once, and
+        the returned task ends once its memory is free. Shared by concurrent callers."""
+        task = self.leaving.get(name)
+        if task is not None:
+            return task
+        model = self.models.pop(name)
+        origin = self.origins.pop(name)
+        model.retired = True
+        self._leaving_models[name] = model
+        task = self.leaving[name] = asyncio.get_running_loop().create_task(
+            self._remove(model, origin))
+        return task
+
+    async def _remove(self, model: Model, origin: str) -> None:
+        try:
+            await self.autoscaler.unwatch(model.name)
+            await model.unload("removed")
+            # Work a load left for later (writing the weights cache) holds memory too: the
+            # removal ends once the budget is whole again.
+            await model.replicas.finish_background()
+        except Exception as exc:  # boundary of a background task: the name goes either way
+            log_event("unload_failed", logging.ERROR, model=model.name,
+                      error=describe_exception(exc))
+        finally:
+            del self._leaving_models[model.name]
+            del self.leaving[model.name]
+            self.events.publish(ModelRemoved(model.name, origin))
+
+    async def removed(self, name: str) -> None:
+        """Return once no removal of `name` is under way."""
+        task = self.leaving.get(name)
+        if task is not None:
+            await asyncio.shield(task)
 
     def get(self, name: str, version: str | None = None) -> Model:
         model = self.models.get(name)
@@ -98,7 +163,9 @@ class ModelManager:
         await self.autoscaler.stop()
         # The listeners have stopped, so nobody waits for a load any more: a load still
         # running (one that hangs, say) must not hold the exit up to its load_timeout.
-        await asyncio.gather(*(model.abandon_load() for model in self.models.values()))
+        await asyncio.gather(*(model.abandon_load() for model in self._tenants()))
+        if self.leaving:  # removals finish first: their memory and threads are the loader's
+            await asyncio.wait(set(self.leaving.values()))
         if self._sizes is not None:  # only for show; a file that hangs must not hold the exit
             self._sizes.cancel()
             await asyncio.wait({self._sizes})

@@ -52,6 +52,7 @@ from snoozeml.errors import (
     LoadTimeout,
     MemoryExhausted,
     ModelLoadFailed,
+    ModelNotFound,
     ModelTooLarge,
     SnoozeError,
     describe_exception,
@@ -122,6 +123,9 @@ class Model:
         self._scaling = asyncio.Lock()
         self.scale_blocked: str | None = None  # why replicas cannot be added, this episode
         self.scale_error: str | None = None  # the last failed add's error
+        # Removed from the manager (a model added at run time, unloaded for good): no load
+        # starts any more, whoever still holds the object.
+        self.retired = False
 
     # --- state -----------------------------------------------------------------------------
 
@@ -222,6 +226,8 @@ class Model:
             if state is State.UNLOADING and self._unload_task is not None:
                 await asyncio.shield(self._unload_task)
                 continue
+            if self.retired and state in (State.FAILED, State.UNLOADED):
+                raise ModelNotFound(f"model {self.name!r} was unloaded and removed")
             if state is State.FAILED:
                 wait = self._retry_at - self._clock.now()
                 if wait > 0:

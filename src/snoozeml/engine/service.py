@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from snoozeml import SERVER_NAME, __version__
 from snoozeml.datatypes import ModelMetadata
+from snoozeml.engine.added import CONFIG, AddedModels
 from snoozeml.engine.events import Draining, EventBus, InferenceFailed, InferenceStarted
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
@@ -28,6 +30,7 @@ from snoozeml.engine.statistics import ModelStatistics, Statistics
 from snoozeml.engine.stats import Counters
 from snoozeml.engine.validate import check_request
 from snoozeml.errors import InvalidInput, ShuttingDown
+from snoozeml.hub.by_path import kind_of
 
 EXTENSIONS = ("binary_tensor_data", "model_repository", "statistics")
 
@@ -59,6 +62,7 @@ class InferenceService:
         self.recent.subscribe(self.events)
         self.draining = False
         self.started_at = manager.clock.wall()
+        self.added = AddedModels(manager)
 
     def start_draining(self) -> None:
         """Not ready from now on (in-flight requests still finish)."""
@@ -124,15 +128,29 @@ class InferenceService:
         ]
         return [e for e in entries if e.state == State.READY.value] if ready_only else entries
 
-    async def load(self, name: str, version: str | None = None) -> None:
-        model = self.manager.get(name, version)
+    async def load(
+        self, name: str, version: str | None = None, path: str | None = None,
+        kind: str | None = None,
+    ) -> None:
+        """Load the model now. With a `path`, a model not in models.toml is added from it first
+        (or the one added from that path before is loaded)."""
         if self.draining:
             raise ShuttingDown(f"the server is shutting down: model {name!r} is not loaded now",
                                retry_after=1.0)
-        await model.load()
+        if path is not None:
+            if version not in (None, "", "1"):
+                raise InvalidInput(f"a model added by path has only version '1', not {version!r}")
+            await self.added.load(name, Path(path), "repository", kind_of(kind or ""))
+            return
+        await self.manager.get(name, version).load()
 
     async def unload(self, name: str, version: str | None = None) -> None:
-        await self.manager.get(name, version).unload("admin")
+        """Unload the model; one added at run time is forgotten too."""
+        self.manager.get(name, version)  # ModelNotFound for a name never heard of
+        if self.added.origin(name) == CONFIG:
+            await self.manager.get(name, version).unload("admin")
+        else:
+            await self.added.forget(name)
 
     # --- statistics (Triton's extension) ---------------------------------------------------
 
@@ -169,6 +187,7 @@ class InferenceService:
         runs_inline = replicas.runs_inline
         return ModelSnapshot(
             name=model.name,
+            origin=self.manager.origins.get(model.name, CONFIG),
             format=model.spec.format,
             device=model.device,
             pinned=model.pinned,

@@ -84,6 +84,7 @@ class BatchingSnapshot:
 @dataclass(frozen=True, slots=True)
 class ModelSnapshot:
     name: str
+    origin: str  # config (models.toml), repository or modelmesh (added at run time)
     format: str | None  # onnx, torch
     device: str
     pinned: bool

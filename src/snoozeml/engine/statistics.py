@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from snoozeml.engine.events import BatchRun, EventBus, RequestFinished
+from snoozeml.engine.events import BatchRun, EventBus, ModelAdded, ModelRemoved, RequestFinished
 from snoozeml.operations import Operation
 
 # Outcomes of an infer call that are not the model's failure ("not_found", for a model that
@@ -93,10 +93,21 @@ class Statistics:
         self._wall = wall
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
-        return bus.subscribe_each({BatchRun: self._run, RequestFinished: self._finished})
+        return bus.subscribe_each({
+            BatchRun: self._run,
+            RequestFinished: self._finished,
+            ModelAdded: self._added,
+            ModelRemoved: self._removed,
+        })
+
+    def _added(self, event: ModelAdded) -> None:
+        self._tallies[event.model] = _Tally()
+
+    def _removed(self, event: ModelRemoved) -> None:
+        self._tallies.pop(event.model, None)
 
     def model(self, name: str, version: str) -> ModelStatistics:
-        tally = self._tallies[name]
+        tally = self._tallies.get(name) or _Tally()
         zero = Duration()
         return ModelStatistics(
             name=name,

@@ -19,6 +19,8 @@ from snoozeml.engine.events import (
     InferenceStarted,
     LoadFailed,
     LoadFinished,
+    ModelAdded,
+    ModelRemoved,
     OomRetry,
     QueueFull,
     QueueTimedOut,
@@ -54,11 +56,16 @@ class ModelCounters:
     replica_failures: int = 0
 
 
+class _ByModel(dict[str, ModelCounters]):
+    def __missing__(self, name: str) -> ModelCounters:
+        return ModelCounters()  # a late event of a model removed at run time: kept nowhere
+
+
 class Counters:
     """`subscribe` it to the bus; read `model(name)` and `evictions`."""
 
     def __init__(self, models: Iterable[str]) -> None:
-        self._models = {name: ModelCounters() for name in models}
+        self._models = _ByModel((name, ModelCounters()) for name in models)
         self.evictions: dict[str, int] = {}
         self.auth_refusals: dict[str, int] = {}  # "unauthenticated" / "forbidden" -> calls
 
@@ -78,7 +85,15 @@ class Counters:
             ReplicaRemoved: self._replica_removed,
             ReplicaFailed: self._replica_failed,
             RequestFinished: self._finished,
+            ModelAdded: self._added,
+            ModelRemoved: self._removed,
         })
+
+    def _added(self, event: ModelAdded) -> None:
+        self._models[event.model] = ModelCounters()
+
+    def _removed(self, event: ModelRemoved) -> None:
+        self._models.pop(event.model, None)
 
     def model(self, name: str) -> ModelCounters:
         return self._models[name]
