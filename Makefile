@@ -47,6 +47,6 @@ clean:
 # in protobuf's default pool, and a process importing both must not fail.
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I src --python_out=src --grpc_python_out=src --pyi_out=src \
-		src/snoozeml/proto/inference.proto
+		src/snoozeml/proto/inference.proto src/snoozeml/proto/model_runtime.proto
 	sed -i 's/^DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(/POOL = _descriptor_pool.DescriptorPool()\nDESCRIPTOR = POOL.AddSerializedFile(/' \
-		src/snoozeml/proto/inference_pb2.py
+		src/snoozeml/proto/inference_pb2.py src/snoozeml/proto/model_runtime_pb2.py

@@ -88,6 +88,13 @@ REQUIRED_ROLE: Mapping[Operation, str | None] = {
     Operation.EMBEDDINGS: "inference",
     Operation.REPOSITORY_LOAD: "admin",
     Operation.REPOSITORY_UNLOAD: "admin",
+    # ModelMesh's SPI sends no credentials, so its listener never checks them (its address,
+    # loopback by default, is its guard): these roles say what the operations amount to.
+    Operation.MODELMESH_STATUS: "readonly",
+    Operation.MODELMESH_PREDICT_SIZE: "readonly",
+    Operation.MODELMESH_MODEL_SIZE: "readonly",
+    Operation.MODELMESH_LOAD: "admin",
+    Operation.MODELMESH_UNLOAD: "admin",
 }
 
 MAX_CREDENTIAL_BYTES = 16 * 1024  # a longer credential is invalid, and never parsed

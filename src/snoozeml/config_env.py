@@ -29,6 +29,8 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_GRPC_KEEPALIVE_MIN_TIME": ("grpc_keepalive_min_time",),
     "SNOOZE_CACHE_DIR": ("cache_dir",),
     "SNOOZE_MAX_EMBEDDING_INPUTS": ("max_embedding_inputs",),
+    "SNOOZE_MODELMESH_PORT": ("modelmesh_port",),
+    "SNOOZE_MODELMESH_HOST": ("modelmesh_host",),
     "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
     "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),
     "SNOOZE_MEMORY_WAIT": ("memory", "memory_wait"),
@@ -36,7 +38,8 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 _INTEGER_KEYS = frozenset({"http_port", "grpc_port", "max_connections",
-                           "grpc_max_concurrent_streams", "max_embedding_inputs"})
+                           "grpc_max_concurrent_streams", "max_embedding_inputs",
+                           "modelmesh_port"})
 
 
 def apply_env(server: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:

@@ -36,6 +36,12 @@ class Operation(StrEnum):
     OPENAPI = "openapi"  # the OpenAPI document of the HTTP API
     EMBEDDINGS = "embeddings"  # OpenAI's POST /v1/embeddings
     OPENAI_MODELS = "openai_models"  # OpenAI's model list, of the models that embed
+    # KServe ModelMesh's model-runtime SPI, on its own port (api/modelmesh.py)
+    MODELMESH_LOAD = "modelmesh_load"
+    MODELMESH_UNLOAD = "modelmesh_unload"
+    MODELMESH_PREDICT_SIZE = "modelmesh_predict_size"
+    MODELMESH_MODEL_SIZE = "modelmesh_model_size"
+    MODELMESH_STATUS = "modelmesh_status"
 
 
 class Access(StrEnum):
@@ -59,6 +65,7 @@ class OperationSpec:
 
 
 _OIP = "/inference.GRPCInferenceService/"
+_MMESH = "/mmesh.ModelRuntime/"
 _VERSIONED = "/v2/models/{name}/versions/{version}"
 
 
@@ -114,6 +121,17 @@ OPERATIONS: Mapping[Operation, OperationSpec] = {
     Operation.EMBEDDINGS: OperationSpec(Access.INFER, True, _post("/v1/embeddings")),
     Operation.OPENAI_MODELS: OperationSpec(
         Access.READ, True, _get("/v1/models", "/v1/models/{name}")),
+    # No credentials: ModelMesh sends none. The SPI listens on its own port, on loopback
+    # unless configured otherwise (the ModelMesh container shares the pod's network).
+    Operation.MODELMESH_LOAD: OperationSpec(Access.ADMIN, True, (), (_MMESH + "loadModel",)),
+    Operation.MODELMESH_UNLOAD: OperationSpec(
+        Access.ADMIN, True, (), (_MMESH + "unloadModel",)),
+    Operation.MODELMESH_PREDICT_SIZE: OperationSpec(
+        Access.READ, True, (), (_MMESH + "predictModelSize",)),
+    Operation.MODELMESH_MODEL_SIZE: OperationSpec(
+        Access.READ, True, (), (_MMESH + "modelSize",)),
+    Operation.MODELMESH_STATUS: OperationSpec(
+        Access.READ, False, (), (_MMESH + "runtimeStatus",)),
 }
 
 

@@ -24,12 +24,14 @@ from snoozeml.api.fastpath import InferenceRoute
 from snoozeml.api.grpc_server import create_grpc_server
 from snoozeml.api.http_limits import HttpLimits, limited_protocol
 from snoozeml.api.metrics import Metrics
+from snoozeml.api.modelmesh import create_modelmesh_server
 from snoozeml.api.rest import create_app
 from snoozeml.auth import Authenticator
 from snoozeml.config import Config
 from snoozeml.engine.eventlog import subscribe_logs
 from snoozeml.engine.events import EventBus
 from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.modelmesh import MeshRuntime
 from snoozeml.engine.service import InferenceService
 from snoozeml.logs import log_event
 
@@ -93,11 +95,13 @@ class Daemon:
             timeout_graceful_shutdown=server.drain_timeout,  # type: ignore[arg-type]
         ))
         self._grpc: grpc.aio.Server | None = None
-        self._forced_stop: asyncio.Future[None] | None = None
+        self._mesh: grpc.aio.Server | None = None
+        self._forced_stop: asyncio.Future[list[None]] | None = None
         self._drain: asyncio.Task[None] | None = None
         self._grace = config.server.drain_timeout  # left for the listeners' stop
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.modelmesh_port: int | None = None
         self.started = asyncio.Event()  # set once both listeners accept (after server_started)
 
     def request_shutdown(self, signame: str) -> None:
@@ -113,7 +117,9 @@ class Daemon:
             for task in list(self._http.server_state.tasks):
                 task.cancel(msg="forced shutdown")
             if self._grpc is not None:
-                self._forced_stop = asyncio.ensure_future(self._grpc.stop(grace=None))
+                self._forced_stop = asyncio.ensure_future(asyncio.gather(*(
+                    server.stop(grace=None) for server in (self._grpc, self._mesh)
+                    if server is not None)))
             return
         log_event("shutdown_requested", signal=signame,
                   drain_timeout_s=self.config.server.drain_timeout)
@@ -171,13 +177,26 @@ class Daemon:
             log_event("bind_failed", logging.ERROR, host=server.host, port=server.grpc_port,
                       error=str(exc))
             return 1
+        if server.modelmesh_port is not None:
+            try:
+                self._mesh = self._modelmesh_server()
+            except (OSError, RuntimeError) as exc:
+                sock.close()
+                await grpc_server.stop(None)
+                log_event("bind_failed", logging.ERROR, host=server.modelmesh_host,
+                          port=server.modelmesh_port,
+                          error=getattr(exc, "strerror", None) or str(exc))
+                return 1
         http = self._http
         http.config.load()
         http.lifespan = http.config.lifespan_class(http.config)
         await grpc_server.start()
+        if self._mesh is not None:
+            await self._mesh.start()
         await http.startup(sockets=[sock])
         log_event("server_started", host=server.host, http_port=self.http_port,
-                  grpc_port=self.grpc_port, models=len(self.manager.models), pid=os.getpid())
+                  grpc_port=self.grpc_port, models=len(self.manager.models), pid=os.getpid(),
+                  **({"modelmesh_port": self.modelmesh_port or 0} if self._mesh else {}))
         _warn_if_open(self.auth, server.host)
         self.started.set()
         self.manager.start_preloads()
@@ -188,10 +207,24 @@ class Daemon:
             await asyncio.gather(
                 http.shutdown(sockets=[sock]),
                 grpc_server.stop(grace=self._grace),
+                *([self._mesh.stop(grace=self._grace)] if self._mesh is not None else []),
             )
             await self.manager.shutdown()
             log_event("server_stopped")
         return 0
+
+
+    def _modelmesh_server(self) -> grpc.aio.Server:
+        """ModelMesh's model-runtime SPI on its own port, bound (OSError or RuntimeError when
+        the port cannot be had)."""
+        server = self.config.server
+        port = server.modelmesh_port or 0
+        bind_socket(server.modelmesh_host, port).close()  # the OS's words
+        runtime = MeshRuntime(self.manager, self.service.added, self.started)
+        mesh = create_modelmesh_server(self.service, runtime, self.boundary, server)
+        self.modelmesh_port = mesh.add_insecure_port(
+            _grpc_address(server.modelmesh_host, port))
+        return mesh
 
 
 # Descriptors besides the HTTP connections: gRPC's, model files, the loop's own.

@@ -18,12 +18,14 @@ from starlette.routing import Match
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.fastpath import INFER_PATH
 from snoozeml.api.grpc import HealthServicer, InferenceServicer, ReflectionServicer
+from snoozeml.api.modelmesh import ModelRuntimeServicer
 from snoozeml.api.rest import SERVED_ELSEWHERE, create_app
 from snoozeml.config import parse_config
 from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.service import InferenceService
 from snoozeml.operations import OPERATIONS, Operation, operation_for_rpc
 from snoozeml.proto import inference_pb2 as pb
+from snoozeml.proto import model_runtime_pb2 as mm
 
 
 @pytest.fixture
@@ -85,12 +87,13 @@ def _grpc_methods() -> Iterator[tuple[str, str]]:
         pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
         health_pb2.DESCRIPTOR.services_by_name["Health"],
         reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+        mm.DESCRIPTOR.services_by_name["ModelRuntime"],
     ):
         for method in service.methods:
             yield f"/{service.full_name}/{method.name}", method.name
 
 
-SERVICERS = (InferenceServicer, HealthServicer, ReflectionServicer)
+SERVICERS = (InferenceServicer, HealthServicer, ReflectionServicer, ModelRuntimeServicer)
 
 
 def test_every_grpc_method_has_exactly_one_operation_and_the_table_lists_no_other() -> None:

@@ -1,0 +1,94 @@
+"""Models added and removed at run time (engine/added.py) and ModelMesh's runtime status
+(engine/modelmesh.py), on a real manager with real ONNX models: the orderings a ModelMesh
+cancel-then-unload may produce, driven step by step on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from onnx_models import write_mlp
+
+from snoozeml.config import parse_config
+from snoozeml.engine.added import AddedModels
+from snoozeml.engine.lifecycle import State
+from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.modelmesh import MeshRuntime
+from snoozeml.errors import InvalidInput, ModelNotFound
+
+T = TypeVar("T")
+
+
+def run(tmp_path: Path, scenario: Callable[[ModelManager, AddedModels, Path],
+                                           Awaitable[T]]) -> T:
+    path = write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
+    config = parse_config({}, source=tmp_path / "models.toml")
+
+    async def main() -> T:
+        manager = ModelManager(config)
+        try:
+            return await scenario(manager, AddedModels(manager), path)
+        finally:
+            await manager.shutdown()
+
+    return asyncio.run(main())
+
+
+def test_a_forget_while_the_path_is_read_withdraws_the_add(tmp_path: Path) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        adding = asyncio.create_task(added.register("m", path, "modelmesh"))
+        await asyncio.sleep(0)  # one turn: the add is reading the path in a thread now
+        await added.forget("m")
+        with pytest.raises(ModelNotFound, match="unloaded while it was being added"):
+            await adding
+        return manager.models.get("m"), manager.memory.used("cpu")
+
+    assert run(tmp_path, scenario) == (None, 0)
+
+
+def test_a_cancelled_load_removes_its_model_once_the_load_ends(tmp_path: Path) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        loading = asyncio.create_task(added.load("m", path, "modelmesh", pinned=True))
+        while manager.models.get("m") is None or manager.models["m"].state is not State.LOADING:
+            await manager.events.changed().wait()
+        loading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loading
+        await manager.removed("m")
+        return "m" in manager.models, manager.memory.used("cpu"), manager.memory.reserved("cpu")
+
+    assert run(tmp_path, scenario) == (False, 0, 0)
+
+
+def test_a_pinned_model_never_idles_and_a_second_add_from_the_same_path_is_the_same(
+    tmp_path: Path,
+) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        model = await added.load("m", path, "modelmesh", pinned=True)
+        again = await added.load("m", path, "modelmesh", pinned=True)
+        with pytest.raises(InvalidInput, match="added from"):
+            await added.register("m", path, "repository")
+        return again is model, model.pinned, model.expires_in(), model.state
+
+    assert run(tmp_path, scenario) == (True, True, None, State.READY)
+
+
+def test_runtime_status_is_starting_until_the_listeners_are_up_then_purges(
+    tmp_path: Path,
+) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        started = asyncio.Event()
+        runtime = MeshRuntime(manager, added, started)
+        await runtime.load("mesh", str(path), "onnx", "")
+        await added.load("repo", path, "repository")
+        before = (await runtime.status()).ready, sorted(manager.models)
+        started.set()
+        after = (await runtime.status()).ready, sorted(manager.models)
+        return before, after
+
+    before, after = run(tmp_path, scenario)
+    assert before == (False, ["mesh", "repo"])  # STARTING purges nothing
+    assert after == (True, ["repo"])  # READY: only what ModelMesh loaded is purged
