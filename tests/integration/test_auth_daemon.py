@@ -37,6 +37,8 @@ from snoozeml.auth import required_role
 from snoozeml.operations import OPERATIONS, Operation
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
+from snoozeml.proto import model_runtime_pb2 as mm
+from snoozeml.proto import model_runtime_pb2_grpc as mm_grpc
 
 SECRET = "0123456789abcdef0123456789abcdef-test-secret"
 ROLES = ("readonly", "inference", "admin")
@@ -95,6 +97,7 @@ def auth_config(keys: Keys, model: Path, spare: Path) -> str:
 # the header limit (431) or gRPC's metadata limit (RESOURCE_EXHAUSTED).
 max_header_size = "256KiB"
 grpc_max_metadata_size = "256KiB"
+modelmesh_port = 0
 
 [auth]
 api_keys = [
@@ -211,8 +214,9 @@ def grpc_call(channel: grpc.Channel, method: str, metadata: list[tuple[str, str]
 
 
 def grpc_calls() -> list[tuple[Operation, str]]:
+    """The RPCs of the OIP port (ModelMesh's SPI has its own, without credentials)."""
     return [(operation, method) for operation, spec in OPERATIONS.items()
-            for method in spec.grpc]
+            for method in spec.grpc if not method.startswith("/mmesh.")]
 
 
 def credentials(keys: Keys, role: str | None, kind: str) -> tuple[str | None, str | None]:
@@ -283,6 +287,35 @@ def test_every_rpc_answers_each_role_as_the_table_says(
             with pytest.raises(grpc.RpcError) as refused:
                 grpc_call(channel, method, metadata)
             assert refused.value.code() == codes[wanted], (role, kind, refused.value.details())
+
+
+def test_modelmesh_spi_needs_no_credentials_but_inference_on_its_models_does(
+    daemon: Daemon, channel: grpc.Channel, keys: Keys, files: tuple[Keys, Path, Path],
+) -> None:
+    _, model, _ = files
+    with grpc.insecure_channel(f"127.0.0.1:{daemon.modelmesh_port}") as spi_channel:
+        spi = mm_grpc.ModelRuntimeStub(spi_channel)
+        assert spi.runtimeStatus(mm.RuntimeStatusRequest()).status == \
+            mm.RuntimeStatusResponse.READY
+        spi.loadModel(mm.LoadModelRequest(modelId="meshed", modelPath=str(model)))
+        assert spi.modelSize(mm.ModelSizeRequest(modelId="meshed")).sizeInBytes > 0
+        request = pb.ModelInferRequest(inputs=[pb.ModelInferRequest.InferInputTensor(
+            name="x", datatype="FP32", shape=[1, 4],
+            contents=pb.InferTensorContents(fp32_contents=X[0]))])
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        routed = [("mm-model-id", "meshed")]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(request, metadata=routed, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        reply = stub.ModelInfer(request, timeout=30, metadata=[
+            *routed, ("x-api-key", keys.api["inference"])])
+        assert reply.model_name == "meshed"
+        spi.unloadModel(mm.UnloadModelRequest(modelId="meshed"))
+    # The SPI is not served on the OIP port.
+    with pytest.raises(grpc.RpcError) as missing:
+        mm_grpc.ModelRuntimeStub(channel).runtimeStatus(
+            mm.RuntimeStatusRequest(), metadata=[("x-api-key", keys.api["admin"])])
+    assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_every_operation_has_a_role_or_is_public() -> None:
