@@ -23,6 +23,8 @@ from snoozeml.engine.events import (
     LoadDeferred,
     LoadFailed,
     LoadFinished,
+    ModelAdded,
+    ModelRemoved,
     OomRetry,
     QueueFull,
     QueueTimedOut,
@@ -255,6 +257,42 @@ def test_per_model_off_keeps_the_model_label_with_the_value_empty(
     # Two models, both UNLOADED: the state gauge counts them.
     assert value(found, "snooze_model_state", model="", state="UNLOADED") == 2
     assert value(found, "snooze_model_state", model="", state="READY") == 0
+
+
+@pytest.mark.parametrize("per_model", [True, False])
+def test_a_model_added_at_run_time_gets_series_that_go_when_it_is_removed(
+    service: InferenceService, per_model: bool,
+) -> None:
+    bus = EventBus()
+    metrics = Metrics((), service.snapshot, per_model)  # no model in models.toml: ModelMesh's
+    metrics.subscribe(bus)
+    bus.publish(finished(Operation.SERVER_METADATA, None, 200, 0.001))
+    bus.publish(ModelAdded("meshed", "modelmesh", "/models/meshed"))
+    bus.publish(finished(Operation.INFER, "meshed", 200, 0.001, protocol="grpc"))
+    bus.publish(BatchRun("meshed", 0, 1, (0.001,), 0.001, False))
+    label = "meshed" if per_model else ""
+
+    found = samples(metrics.render())
+    assert value(found, "snooze_requests_total", model=label, protocol="grpc",
+                 operation="infer", code="200") == 1
+    assert value(found, "snooze_batch_size_count", model=label) == 1
+    assert value(found, "snooze_model_unloads_total", model=label, reason="removed") == 0
+
+    bus.publish(Unloaded("meshed", "removed", 0))
+    bus.publish(ModelRemoved("meshed", "modelmesh"))
+    bus.publish(finished(Operation.INFER, "meshed", 404, 0.001, outcome="not_found"))
+
+    found = samples(metrics.render())
+    models = {dict(labels).get("model") for _, labels in found}
+    assert "meshed" not in models
+    # The server's own series (model "") outlive every model, whatever per_model says.
+    assert value(found, "snooze_requests_total", model="", protocol="http",
+                 operation="server_metadata", code="200") == 1
+    assert value(found, "snooze_requests_total", model="", protocol="http",
+                 operation="infer", code="404") == 1
+    if not per_model:  # folded: what the removed model did stays in the "" sums
+        assert value(found, "snooze_requests_total", model="", protocol="grpc",
+                     operation="infer", code="200") == 1
 
 
 def test_after_unsubscribing_nothing_more_is_counted(service: InferenceService) -> None:

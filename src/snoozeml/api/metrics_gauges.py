@@ -35,9 +35,10 @@ class ModelLabels:
         return label
 
     def remove(self, name: str) -> str | None:
-        """Forget a model removed at run time; its label when no other model has it."""
+        """Forget a model removed at run time; its label when no other model has it (never
+        "", which the server's own requests and unknown names count under too)."""
         label = self._labels.pop(name, None)
-        return None if label is None or label in self._labels.values() else label
+        return None if not label or label in self._labels.values() else label
 
     def of(self, model: str | None) -> str:
         return self._labels.get(model, "")
