@@ -24,13 +24,53 @@ demo: $(STAMP)
 	$(PY) -m snoozeml serve -c demo/models.toml
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src
 
-test: $(STAMP) lint typecheck
-	$(VENV)/bin/pytest -q
+# Everything: the gates, the client examples against a live daemon, every test.
+test: $(STAMP) lint typecheck examples
+	$(VENV)/bin/pytest -q --ignore=tests/examples
+
+# The client examples in five languages (examples/), run against a live daemon: npm packages
+# from the lockfile, Debian's Rust crates, then tests/examples.
+examples: $(STAMP) examples-deps
+	$(VENV)/bin/pytest -q tests/examples
+
+# Each step runs only when its output is missing or older than its inputs, so a second run is
+# quick. npm needs no install scripts (esbuild finds its platform package at run time). The
+# Rust client builds offline from Debian's packaged crates, in a copy under target/debian: the
+# Cargo.lock made there names Debian's sources, and must not sit beside examples/rust/Cargo.toml
+# where a crates.io build would trip over it.
+EXAMPLES_APT := $(if $(filter 0,$(shell id -u)),,sudo) env DEBIAN_FRONTEND=noninteractive apt-get -q
+EXAMPLES_CARGO ?= $(or $(shell command -v cargo 2>/dev/null),$(HOME)/.cargo/bin/cargo)
+EXAMPLES_CRATES := librust-ureq-dev librust-serde-dev librust-serde-derive-dev librust-serde-json-dev
+EXAMPLES_RUST_BUILD := examples/rust/target/debian
+examples-deps: examples/typescript/node_modules/.package-lock.json \
+		$(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client
+
+examples/typescript/node_modules/.package-lock.json: examples/typescript/package-lock.json
+	cd examples/typescript && npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+examples-crates:
+	@command -v $(EXAMPLES_CARGO) >/dev/null 2>&1 || $(EXAMPLES_APT) install -y --no-install-recommends cargo \
+		|| { $(EXAMPLES_APT) update && $(EXAMPLES_APT) install -y --no-install-recommends cargo; }
+	@cd /usr/share/cargo/registry 2>/dev/null && ls -d ureq-2.* serde_derive-1.* serde_json-1.* >/dev/null 2>&1 \
+		|| $(EXAMPLES_APT) install -y --no-install-recommends $(EXAMPLES_CRATES) \
+		|| { $(EXAMPLES_APT) update && $(EXAMPLES_APT) install -y --no-install-recommends $(EXAMPLES_CRATES); }
+
+$(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client: examples/rust/Cargo.toml \
+		examples/rust/src/main.rs | examples-crates
+	rm -rf $(EXAMPLES_RUST_BUILD)/src && mkdir -p $(EXAMPLES_RUST_BUILD)
+	cp -r examples/rust/Cargo.toml examples/rust/src $(EXAMPLES_RUST_BUILD)/
+	cd $(EXAMPLES_RUST_BUILD) && $(EXAMPLES_CARGO) build --offline --quiet \
+		--config 'source.crates-io.replace-with="debian"' \
+		--config 'source.debian.directory="/usr/share/cargo/registry"'
+	touch $@
+
+.PHONY: examples examples-deps examples-crates
 
 # A longer fuzz campaign than `make test` runs (tests/integration/test_fuzz_*.py): FUZZ_EXAMPLES
 # times the examples, fresh random cases on each run (the seeds are printed), concurrent HTTP.
