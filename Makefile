@@ -29,8 +29,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src
 
-# Everything: the gates, the client examples against a live daemon, every test.
-test: $(STAMP) lint typecheck examples
+# Everything: the gates, the book, the client examples against a live daemon, every test.
+test: $(STAMP) lint typecheck docs examples
 	$(VENV)/bin/pytest -q --ignore=tests/examples
 
 # The client examples in five languages (examples/), run against a live daemon: npm packages
@@ -71,6 +71,15 @@ $(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client: examples/rust/Cargo.toml \
 	touch $@
 
 .PHONY: examples examples-deps examples-crates
+
+# The book (mkdocs.yml, docs/): strict, so a broken link, a missing anchor, a page left out of
+# the nav or a missing snippet (examples/, bench/) fails. Not --quiet: it hides the warnings
+# from --strict too, and the build passes with them. NO_MKDOCS_2_WARNING quietens the theme's
+# banner about its successor.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+.PHONY: docs
 
 # A longer fuzz campaign than `make test` runs (tests/integration/test_fuzz_*.py): FUZZ_EXAMPLES
 # times the examples, fresh random cases on each run (the seeds are printed), concurrent HTTP.

@@ -73,7 +73,7 @@ class MemoryConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    """`[server.metrics]`: the Prometheus endpoint (docs/operations.md)."""
+    """`[server.metrics]`: the Prometheus endpoint (docs/operations.md, docs/metrics.md)."""
 
     enabled: StrictBool = True  # false: nothing is recorded, and /metrics answers 404
     per_model: StrictBool = True  # false: the `model` label is "" on every series

@@ -5,7 +5,7 @@ Two sources, and no counting anywhere else:
   batches, loads, unloads, replica changes, evictions) as it happens;
 - the engine's `StatusSnapshot`, read when Prometheus scrapes, for what is true now (state,
   queues, memory): api/metrics_gauges.py.
-Every series, the process and Python collectors included, is listed in docs/operations.md.
+Every series, the process and Python collectors included, is listed in docs/metrics.md.
 
 Label values come from the configuration and from this code, never from a request: an event's
 model is looked up among the models' names (configured, or added at run time: a removed model's
