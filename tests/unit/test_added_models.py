@@ -92,3 +92,18 @@ def test_runtime_status_is_starting_until_the_listeners_are_up_then_purges(
     before, after = run(tmp_path, scenario)
     assert before == (False, ["mesh", "repo"])  # STARTING purges nothing
     assert after == (True, ["repo"])  # READY: only what ModelMesh loaded is purged
+
+
+def test_a_second_add_waiting_on_a_withdrawn_one_registers_nothing_either(
+    tmp_path: Path,
+) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        first = asyncio.create_task(added.register("m", path, "modelmesh"))
+        await asyncio.sleep(0)  # one turn: the first add is reading the path
+        second = asyncio.create_task(added.register("m", path, "modelmesh"))
+        await asyncio.sleep(0)  # the second waits on the first
+        await added.forget("m")
+        outcomes = await asyncio.gather(first, second, return_exceptions=True)
+        return [type(outcome).__name__ for outcome in outcomes], "m" in manager.models
+
+    assert run(tmp_path, scenario) == (["ModelNotFound", "ModelNotFound"], False)

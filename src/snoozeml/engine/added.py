@@ -68,7 +68,9 @@ class AddedModels:
             if pending.path != path:
                 raise InvalidInput(f"model {name!r} is being added from {pending.path}; unload "
                                    "it before adding another model under that name")
-            await asyncio.shield(pending.done)  # then look again
+            await asyncio.shield(pending.done)
+            if pending.withdrawn:  # forget(name) came after this add, too
+                raise ModelNotFound(f"model {name!r} was unloaded while it was being added")
         loop = asyncio.get_running_loop()
         pending = self._pending[name] = _Pending(loop.create_future(), path, origin)
         try:

@@ -119,10 +119,10 @@ class ModelManager:
             self.events.publish(ModelRemoved(model.name, origin))
 
     async def removed(self, name: str) -> None:
-        """Return once no removal of `name` is under way."""
+        """Return once no removal of `name` is under way (however it ended)."""
         task = self.leaving.get(name)
         if task is not None:
-            await asyncio.shield(task)
+            await asyncio.wait({task})
 
     def get(self, name: str, version: str | None = None) -> Model:
         model = self.models.get(name)
