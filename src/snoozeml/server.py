@@ -213,7 +213,6 @@ class Daemon:
             log_event("server_stopped")
         return 0
 
-
     def _modelmesh_server(self) -> grpc.aio.Server:
         """ModelMesh's model-runtime SPI on its own port, bound (OSError or RuntimeError when
         the port cannot be had)."""

@@ -134,15 +134,20 @@ class InferenceService:
     ) -> None:
         """Load the model now. With a `path`, a model not in models.toml is added from it first
         (or the one added from that path before is loaded)."""
+        if path is None:
+            model = self.manager.get(name, version)  # unknown: 404, draining or not
+            self._refuse_loads(name)
+            await model.load()
+            return
+        self._refuse_loads(name)
+        if version not in (None, "", "1"):
+            raise InvalidInput(f"a model added by path has only version '1', not {version!r}")
+        await self.added.load(name, Path(path), "repository", kind_of(kind or ""))
+
+    def _refuse_loads(self, name: str) -> None:
         if self.draining:
             raise ShuttingDown(f"the server is shutting down: model {name!r} is not loaded now",
                                retry_after=1.0)
-        if path is not None:
-            if version not in (None, "", "1"):
-                raise InvalidInput(f"a model added by path has only version '1', not {version!r}")
-            await self.added.load(name, Path(path), "repository", kind_of(kind or ""))
-            return
-        await self.manager.get(name, version).load()
 
     async def unload(self, name: str, version: str | None = None) -> None:
         """Unload the model; one added at run time is forgotten too."""
