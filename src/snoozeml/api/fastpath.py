@@ -32,6 +32,7 @@ from snoozeml.api.http_body import (
     read_body,
     scope_credentials,
 )
+from snoozeml.api.http_limits import HEARS_DISCONNECTS, ON_DISCONNECT
 from snoozeml.engine.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput, ShuttingDown
@@ -83,7 +84,7 @@ class InferenceRoute:
             body = await read_body(scope, receive, self.max_request_size)
             request = _decode(scope, body)
             is_binary = binary_outputs(request)
-            response = await self._infer_until_gone(receive, name, version, request)
+            response = await self._infer_until_gone(receive, scope, name, version, request)
             payload, header_length = encode_http_response(response, is_binary)
             if header_length is not None:
                 headers = [
@@ -111,22 +112,35 @@ class InferenceRoute:
         await send({"type": "http.response.body", "body": payload})
 
     async def _infer_until_gone(
-        self, receive: Receive, name: str, version: str | None, request: InferRequest
+        self, receive: Receive, scope: Scope, name: str, version: str | None,
+        request: InferRequest,
     ) -> InferResponse:
         """Run the request; if the client disconnects first, cancel it so it leaves the batch
-        queue without running (the next ASGI message after the body is a disconnect)."""
+        queue without running. Our HTTP protocol says so through the scope's hook, with no task
+        per request; under any other server a task waits for the next ASGI message (after the
+        body, only a disconnect)."""
         task = asyncio.current_task()
         assert task is not None
         gone = False
 
-        async def watch() -> None:
+        def left() -> None:
             nonlocal gone
+            gone = True
+            task.cancel()
+
+        async def watch() -> None:
             message = await receive()
             if message["type"] == "http.disconnect":
-                gone = True
-                task.cancel()
+                left()
 
-        watcher = asyncio.ensure_future(watch())
+        watcher = None
+        hears = scope.get(HEARS_DISCONNECTS)
+        if hears:
+            scope[ON_DISCONNECT] = left
+        elif hears is None:
+            watcher = asyncio.ensure_future(watch())
+        else:  # lost while the body was decoded
+            raise ClientGone
         try:
             return await self.service.infer(name, version, request)
         except asyncio.CancelledError:
@@ -141,7 +155,10 @@ class InferenceRoute:
                 ) from None
             raise
         finally:
-            watcher.cancel()
+            if watcher is None:
+                del scope[ON_DISCONNECT]
+            else:
+                watcher.cancel()
 
 
 async def _method_not_allowed(send: Send) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +48,14 @@ _STATUS_LINE = {**STATUS_LINE, 414: b"HTTP/1.1 414 URI Too Long\r\n"}
 
 # What a connection is reading; identity-compared on the hot path.
 _IDLE, _HEAD, _BODY = "idle", "head", "body"
+
+
+# The scope keys by which a request hears, without a task of its own, that its client left:
+# this protocol sets each scope's HEARS_DISCONNECTS to True, and when the connection is lost
+# before the answer is complete, to False, and calls the scope's ON_DISCONNECT (set by the app
+# while the request waits on the model).
+HEARS_DISCONNECTS = "snoozeml.hears_disconnects"
+ON_DISCONNECT = "snoozeml.on_disconnect"
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            scope[HEARS_DISCONNECTS] = False  # gone: for a request not waiting yet
+            gone: Callable[[], None] | None = scope.get(ON_DISCONNECT)
+            if gone is not None:  # a request waiting on the model
+                gone()
         super().connection_lost(exc)
         occupancy = self.occupancy
         if occupancy.full and len(self.connections) < self.limits.max_connections:
@@ -199,6 +215,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         HttpToolsProtocol.on_message_begin(self)
+        self.scope[HEARS_DISCONNECTS] = True  # type: ignore[literal-required]
         self._begun += 1
         self._reading = _HEAD
         self._long_head = False
