@@ -322,6 +322,13 @@ def parse_config(
                 problem(("models", i, "path"), f"cannot tell the format of {path} "
                         "(expected a .onnx file, a .safetensors file or a model folder)")
     check_auth(raw.get("auth"), environ, base, problem)
+    if config is not None and config.server.modelmesh_port:
+        ports = {config.server.http_port: "http_port", config.server.grpc_port: "grpc_port"}
+        clash = ports.get(config.server.modelmesh_port)
+        if clash is not None:
+            problem(("server", "modelmesh_port"), f"{config.server.modelmesh_port} is also "
+                    f"{clash}: ModelMesh's SPI listens on a port of its own",
+                    origins.get("server.modelmesh_port"))
     if problems or config is None:
         problems.sort(key=problem_line)
         raise ConfigError(problems)

@@ -107,3 +107,35 @@ def test_a_second_add_waiting_on_a_withdrawn_one_registers_nothing_either(
         return [type(outcome).__name__ for outcome in outcomes], "m" in manager.models
 
     assert run(tmp_path, scenario) == (["ModelNotFound", "ModelNotFound"], False)
+
+
+def test_a_load_that_a_purge_removed_meanwhile_fails_instead_of_answering_ok(
+    tmp_path: Path,
+) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        started = asyncio.Event()
+        started.set()
+        runtime = MeshRuntime(manager, added, started)
+        loading = asyncio.create_task(runtime.load("m", str(path), "onnx", ""))
+        while manager.models.get("m") is None or manager.models["m"].state is not State.LOADING:
+            await manager.events.changed().wait()
+        await runtime.status()  # ModelMesh restarted: purge
+        with pytest.raises(ModelNotFound, match="unloaded while it was loading"):
+            await loading
+        return "m" in manager.models, manager.memory.used("cpu")
+
+    assert run(tmp_path, scenario) == (False, 0)
+
+
+def test_modelmesh_unloads_only_what_it_loaded(tmp_path: Path) -> None:
+    async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
+        runtime = MeshRuntime(manager, added, asyncio.Event())
+        await added.load("repo", path, "repository")
+        await runtime.unload("repo")  # not ModelMesh's: OK, and it stays
+        with pytest.raises(InvalidInput, match="modelPath is empty"):
+            await runtime.load("x", "", "onnx", "")
+        with pytest.raises(InvalidInput, match="modelPath is empty"):
+            await runtime.predict_size("x", " ", "onnx", "")
+        return manager.models["repo"].state, manager.origins["repo"]
+
+    assert run(tmp_path, scenario) == (State.READY, "repository")

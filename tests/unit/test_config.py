@@ -477,6 +477,23 @@ def test_ports_from_the_environment_are_text_turned_into_integers(tmp_path: Path
     ]
 
 
+def test_modelmesh_port_needs_a_port_of_its_own(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        grpc_port = 8085
+        modelmesh_port = 8085
+        """)
+
+    assert problems_of(path) == [f"{path}:3: server.modelmesh_port: 8085 is also grpc_port: "
+                                 "ModelMesh's SPI listens on a port of its own"]
+    assert problems_of(write(tmp_path, ""), {"SNOOZE_MODELMESH_PORT": "8080"}) == [
+        f"{tmp_path / 'models.toml'}: server.modelmesh_port (from $SNOOZE_MODELMESH_PORT): "
+        "8080 is also http_port: ModelMesh's SPI listens on a port of its own"]
+    config = load_config(write(tmp_path, ""), {"SNOOZE_MODELMESH_PORT": "8085"})
+    assert (config.server.modelmesh_port, config.server.modelmesh_host) == (8085, "127.0.0.1")
+    assert load_config(write(tmp_path, "")).server.modelmesh_port is None  # off by default
+
+
 def test_a_config_that_is_not_utf8_is_a_problem_not_a_traceback(tmp_path: Path) -> None:
     path = tmp_path / "models.toml"
     path.write_bytes(b"\xff\xfe[server]\n")

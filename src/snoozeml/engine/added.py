@@ -105,15 +105,19 @@ class AddedModels:
             if self._manager.models.get(name) is model:
                 self._manager.remove(name)
             raise
+        if model.retired:  # removed while it loaded (an unload, ModelMesh's purge)
+            raise ModelNotFound(f"model {name!r} was unloaded while it was loading")
         return model
 
-    async def forget(self, name: str) -> None:
-        """Unload the model added as `name` and forget it; return once its memory is free and
-        no add of that name can register any more. A no-op for an unknown name."""
+    async def forget(self, name: str, origin: str | None = None) -> None:
+        """Unload the model added as `name` (by `origin`, when given) and forget it; return
+        once its memory is free and no add of that name can register any more. A no-op for
+        an unknown name, a configured model, or one another origin added."""
         pending = self._pending.get(name)
-        if pending is not None:
+        if pending is not None and origin in (None, pending.origin):
             pending.withdrawn = True
-        if self._manager.origins.get(name) not in (None, CONFIG):
+        had = self._manager.origins.get(name)
+        if had not in (None, CONFIG) and origin in (None, had):
             self._manager.remove(name)
         await self._manager.removed(name)
 
@@ -121,7 +125,7 @@ class AddedModels:
         for pending in self._pending.values():
             if pending.origin == origin:
                 pending.withdrawn = True
-        await asyncio.gather(*(self.forget(name) for name in self.added(origin)))
+        await asyncio.gather(*(self.forget(name, origin) for name in self.added(origin)))
 
 
 def _found_in(path: Path, model_path: Path) -> Path:

@@ -20,7 +20,7 @@ from snoozeml import __version__
 from snoozeml.engine.added import AddedModels
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.manager import ModelManager
-from snoozeml.errors import ModelNotFound
+from snoozeml.errors import InvalidInput, ModelNotFound
 from snoozeml.hub.by_path import check_name, file_bytes, kind_of
 
 ORIGIN = "modelmesh"
@@ -68,11 +68,14 @@ class MeshRuntime:
         """Load the model; its measured size. InvalidInput when nothing was attempted."""
         check_name(model_id)
         kind = kind_of(model_type, model_key)
+        _check_path(path)
         model = await self._added.load(model_id, Path(path), ORIGIN, kind, pinned=True)
         return model.resident_bytes() or 0
 
     async def unload(self, model_id: str) -> None:
-        await self._added.forget(model_id)
+        """Unload a model ModelMesh loaded (a model models.toml or the repository API added
+        is not ModelMesh's to unload: OK, and it stays)."""
+        await self._added.forget(model_id, ORIGIN)
 
     def size(self, model_id: str) -> int:
         model = self._manager.models.get(model_id)
@@ -88,8 +91,14 @@ class MeshRuntime:
         the model will measure in practice, as ModelMesh asks."""
         check_name(model_id)
         kind_of(model_type, model_key)
+        _check_path(path)
         folder = Path(path)
         found = await asyncio.get_running_loop().run_in_executor(  # not behind the loads
             None, partial(file_bytes, folder))
         factor = self._manager.config.server.memory.memory_factor
         return int(found * factor)
+
+
+def _check_path(path: str) -> None:
+    if not path.strip():
+        raise InvalidInput("modelPath is empty: ModelMesh gives the path of the model's files")
