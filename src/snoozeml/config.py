@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from snoozeml.config_auth import AuthConfig, check_auth, resolve_paths
+from snoozeml.config_checks import check_devices, check_min_max, check_ports
 from snoozeml.config_env import apply_env
 from snoozeml.config_lines import describe, dotted, index_lines, line_of, problem_line
 from snoozeml.errors import ConfigError
@@ -44,7 +45,6 @@ Budget = Annotated[
 ]
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-_REPLICA_DEVICE = re.compile(r"^(cpu|mps|cuda:\d+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
@@ -280,7 +280,7 @@ def parse_config(
     server_replicas: dict[str, Any] = {}
     if isinstance(server_raw, dict) and isinstance(server_raw.get("replicas"), dict):
         server_replicas = server_raw["replicas"]
-        _check_min_max(server_replicas, {}, ("server", "replicas"), problem)
+        check_min_max(server_replicas, {}, ("server", "replicas"), problem)
     formats: list[str | None] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(raw_models if isinstance(raw_models, list) else []):
@@ -302,9 +302,9 @@ def parse_config(
                     "(expected auto, cpu, cuda, cuda:N or mps)")
         replicas = entry.get("replicas")
         if isinstance(replicas, dict):
-            _check_devices(replicas.get("devices"), gpus, ("models", i, "replicas", "devices"),
+            check_devices(replicas.get("devices"), gpus, ("models", i, "replicas", "devices"),
                            problem)
-        _check_min_max(replicas if isinstance(replicas, dict) else {}, server_replicas,
+        check_min_max(replicas if isinstance(replicas, dict) else {}, server_replicas,
                        ("models", i, "replicas"), problem)
         raw_path = entry.get("path")
         if not isinstance(raw_path, str):
@@ -322,13 +322,10 @@ def parse_config(
                 problem(("models", i, "path"), f"cannot tell the format of {path} "
                         "(expected a .onnx file, a .safetensors file or a model folder)")
     check_auth(raw.get("auth"), environ, base, problem)
-    if config is not None and config.server.modelmesh_port:
-        ports = {config.server.http_port: "http_port", config.server.grpc_port: "grpc_port"}
-        clash = ports.get(config.server.modelmesh_port)
-        if clash is not None:
-            problem(("server", "modelmesh_port"), f"{config.server.modelmesh_port} is also "
-                    f"{clash}: ModelMesh's SPI listens on a port of its own",
-                    origins.get("server.modelmesh_port"))
+    if config is not None:
+        server = config.server
+        check_ports(server.modelmesh_port, server.http_port, server.grpc_port,
+                    origins.get("server.modelmesh_port"), problem)
     if problems or config is None:
         problems.sort(key=problem_line)
         raise ConfigError(problems)
@@ -367,41 +364,3 @@ def resolve_model(
 
 def valid_model_name(name: str) -> bool:
     return bool(_NAME.fullmatch(name))
-
-
-Problem = Callable[[tuple[str | int, ...], str], None]
-
-
-def _check_min_max(
-    table: Mapping[str, Any], defaults: Mapping[str, Any], loc: tuple[str | int, ...],
-    problem: Problem,
-) -> None:
-    """`min` may not exceed `max` once the table's keys are merged over `defaults` (a table
-    that sets neither inherits the pair, checked where it is written)."""
-    if defaults and "min" not in table and "max" not in table:
-        return
-    low = table.get("min", defaults.get("min", 0))
-    high = table.get("max", defaults.get("max", 1))
-    if not all(type(v) is int for v in (low, high)) or low <= high or high < 1:
-        return
-    key = "min" if "min" in table or "max" not in table else "max"
-    problem((*loc, key), f"min = {low} is more than max = {high}")
-
-
-def _check_devices(
-    devices: object, gpus: Sequence[str] | None, loc: tuple[str | int, ...], problem: Problem
-) -> None:
-    if not isinstance(devices, list):
-        return
-    seen: set[str] = set()
-    for j, device in enumerate(devices):
-        if not isinstance(device, str):
-            continue  # the type check reports it
-        if not _REPLICA_DEVICE.match(device):
-            problem((*loc, j), f"unknown device {device!r} (expected cpu, cuda:N or mps)")
-        elif device in seen:
-            problem((*loc, j), f"device {device!r} is listed twice")
-        elif gpus is not None and device.startswith("cuda") and device not in gpus:
-            found = ", ".join(gpus) if gpus else "no GPU"
-            problem((*loc, j), f"unknown device {device!r}: this machine has {found}")
-        seen.add(device)
