@@ -79,11 +79,12 @@ def _credentials(context: Context) -> tuple[str | None, str | None]:
 
 
 @asynccontextmanager
-async def _ending(call: Call, context: Context) -> AsyncIterator[None]:
-    """Check the caller may make `call`, then end it as the RPC's work ends: cancelled (the
-    client left), failed (the RPC is aborted with the boundary's answer), or succeeded."""
+async def _ending(call: Call, context: Context, credentials: bool = True) -> AsyncIterator[None]:
+    """Check the caller may make `call` (unless `credentials` is off), then end it as the
+    RPC's work ends: cancelled (the client left), failed (the RPC is aborted with the
+    boundary's answer), or succeeded."""
     try:
-        if call.checks_credentials:
+        if credentials and call.checks_credentials:
             call.authorize(*_credentials(context))
         yield
     except (asyncio.CancelledError, GeneratorExit):
@@ -120,11 +121,12 @@ def _mesh_id(context: Context) -> str | None:
 
 def rpc(
     operation: Operation, model: Callable[[Any], str | None] | None = None,
-    mesh_field: str | None = None,
+    mesh_field: str | None = None, credentials: bool = True,
 ) -> Callable[[Handler[Request, Response]], Handler[Request, Response]]:
     """Run a unary RPC of `operation` inside the request boundary; `model` reads the model's
     name from the request. A call routed by ModelMesh names its model in metadata: the id is
-    written into the request's `mesh_field`, as ModelMesh's id injection would."""
+    written into the request's `mesh_field`, as ModelMesh's id injection would. `credentials`
+    off: the RPC is not checked against [auth] (ModelMesh's SPI, which sends none)."""
 
     def decorate(method: Handler[Request, Response]) -> Handler[Request, Response]:
         @functools.wraps(method)
@@ -137,7 +139,7 @@ def rpc(
             call = self.boundary.begin(operation, "grpc",
                                        (model(request) or None) if model and not malformed
                                        else None)
-            async with _ending(call, context):
+            async with _ending(call, context, credentials):
                 if isinstance(request, Malformed):
                     raise request.error
                 reply = await method(self, request, context)

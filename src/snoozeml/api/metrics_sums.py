@@ -28,6 +28,10 @@ QUEUE_DROPS = ("full", "timeout", "client_gone")
 
 K = TypeVar("K")
 
+# The fields of Sums whose keys begin with a model label.
+_BY_MODEL = ("requests", "request_seconds", "queue_seconds", "run_seconds", "batch_rows",
+             "load_seconds", "loads", "unloads", "replica_events", "queue_drops")
+
 
 class Histogram:
     """Observations counted per bucket; cumulated into Prometheus' `le` buckets at scrape."""
@@ -100,17 +104,14 @@ class Sums:
     def add_label(self, label: str) -> None:
         """The zero series of a model label added at run time (those it has already stay)."""
         zero = Sums.zero([label])
-        for name in ("request_seconds", "queue_seconds", "run_seconds", "batch_rows",
-                     "load_seconds", "loads", "unloads", "replica_events", "queue_drops"):
+        for name in _BY_MODEL:
             mine: dict[Any, Any] = getattr(self, name)
             for key, value in getattr(zero, name).items():
                 mine.setdefault(key, value)
 
     def drop_label(self, label: str) -> None:
         """Every series of a model label that no model has any more."""
-        for name in ("requests", "request_seconds", "queue_seconds", "run_seconds",
-                     "batch_rows", "load_seconds", "loads", "unloads", "replica_events",
-                     "queue_drops"):
+        for name in _BY_MODEL:
             series: dict[Any, Any] = getattr(self, name)
             for key in [k for k in series if (k[0] if isinstance(k, tuple) else k) == label]:
                 del series[key]

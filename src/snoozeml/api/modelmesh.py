@@ -10,16 +10,13 @@ into the request's name field.
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
 from snoozeml.api.boundary import RequestBoundary
-from snoozeml.api.grpc import MAX_MESSAGE
-from snoozeml.api.grpc_codec import Malformed
+from snoozeml.api.grpc import Handler, rpc
 from snoozeml.api.grpc_server import ParsedInBoundary, limit_options
 from snoozeml.config import ServerConfig
 from snoozeml.engine.modelmesh import MeshRuntime
@@ -28,9 +25,6 @@ from snoozeml.errors import ShuttingDown
 from snoozeml.operations import Operation
 from snoozeml.proto import model_runtime_pb2 as mm
 from snoozeml.proto import model_runtime_pb2_grpc as mm_grpc
-
-Response = TypeVar("Response")
-Handler = Callable[[Any, Any, Any], Awaitable[Response]]
 
 # The OIP methods that name one model, and the field path of that name (field 1 in each):
 # ModelMesh writes the model id there, and routes only these methods (a non-empty map is an
@@ -43,33 +37,11 @@ ID_INJECTION = {
 }
 
 
-def spi(operation: Operation) -> Callable[[Handler[Response]], Handler[Response]]:
-    """Run an SPI call of `operation` inside the request boundary, without credentials."""
-
-    def decorate(method: Handler[Response]) -> Handler[Response]:
-        @functools.wraps(method)
-        async def bounded(self: ModelRuntimeServicer, request: Any, context: Any) -> Response:
-            malformed = isinstance(request, Malformed)  # bytes that are no message
-            call = self.boundary.begin(operation, "grpc", None if malformed
-                                       else getattr(request, "modelId", None) or None)
-            try:
-                if isinstance(request, Malformed):
-                    raise request.error
-                reply = await method(self, request, context)
-            except asyncio.CancelledError:
-                call.cancelled()
-                raise
-            except Exception as exc:  # boundary: one call fails, the daemon keeps serving
-                answer = call.failed(exc)
-                await context.abort(answer.grpc_code, answer.message[:MAX_MESSAGE])
-                raise  # abort raises; never reached
-            call.succeeded()
-            return reply
-
-        bounded.operation = operation  # type: ignore[attr-defined]
-        return bounded
-
-    return decorate
+def spi(operation: Operation) -> Callable[[Handler[Any, Any]], Handler[Any, Any]]:
+    """An SPI call of `operation`, inside the request boundary like every RPC, without
+    credentials (ModelMesh sends none)."""
+    return rpc(operation, model=lambda request: getattr(request, "modelId", None),
+               credentials=False)
 
 
 class ModelRuntimeServicer(mm_grpc.ModelRuntimeServicer):
