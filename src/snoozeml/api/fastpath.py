@@ -84,7 +84,7 @@ class InferenceRoute:
             body = await read_body(scope, receive, self.max_request_size)
             request = _decode(scope, body)
             is_binary = binary_outputs(request)
-            response = await self._infer_until_gone(receive, scope, name, version, request)
+            response = await self._infer_until_gone(scope, name, version, request)
             payload, header_length = encode_http_response(response, is_binary)
             if header_length is not None:
                 headers = [
@@ -112,13 +112,11 @@ class InferenceRoute:
         await send({"type": "http.response.body", "body": payload})
 
     async def _infer_until_gone(
-        self, receive: Receive, scope: Scope, name: str, version: str | None,
-        request: InferRequest,
+        self, scope: Scope, name: str, version: str | None, request: InferRequest
     ) -> InferResponse:
         """Run the request; if the client disconnects first, cancel it so it leaves the batch
-        queue without running. Our HTTP protocol says so through the scope's hook, with no task
-        per request; under any other server a task waits for the next ASGI message (after the
-        body, only a disconnect)."""
+        queue without running. The daemon's HTTP protocol (api/http_limits.py) says so
+        through the scope's hook: no task per request watches the connection."""
         task = asyncio.current_task()
         assert task is not None
         gone = False
@@ -128,19 +126,9 @@ class InferenceRoute:
             gone = True
             task.cancel()
 
-        async def watch() -> None:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                left()
-
-        watcher = None
-        hears = scope.get(HEARS_DISCONNECTS)
-        if hears:
-            scope[ON_DISCONNECT] = left
-        elif hears is None:
-            watcher = asyncio.ensure_future(watch())
-        else:  # lost while the body was decoded
+        if scope.get(HEARS_DISCONNECTS) is False:  # lost while the body was decoded
             raise ClientGone
+        scope[ON_DISCONNECT] = left
         try:
             return await self.service.infer(name, version, request)
         except asyncio.CancelledError:
@@ -155,10 +143,7 @@ class InferenceRoute:
                 ) from None
             raise
         finally:
-            if watcher is None:
-                del scope[ON_DISCONNECT]
-            else:
-                watcher.cancel()
+            del scope[ON_DISCONNECT]
 
 
 async def _method_not_allowed(send: Send) -> None:
