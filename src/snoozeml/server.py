@@ -69,7 +69,7 @@ class Daemon:
         self.auth = auth or Authenticator.from_config(config.auth, os.environ)
         self.boundary = RequestBoundary(self.events, self.auth)
         server = config.server
-        app = InferenceRoute(
+        app = route = InferenceRoute(
             create_app(self.service, self.boundary, server.max_request_size, self.metrics,
                        server.max_embedding_inputs),
             self.service,
@@ -84,7 +84,7 @@ class Daemon:
                 keep_alive_timeout=server.keep_alive_timeout,
                 header_timeout=server.header_timeout,
                 body_timeout=server.body_timeout,
-            )),
+            ), route),
             lifespan="off",
             log_config=None,
             log_level="warning",

@@ -1,4 +1,4 @@
-"""The inference route as a plain ASGI app in front of FastAPI.
+"""The inference route, served by the daemon's HTTP protocol in front of FastAPI.
 
 Every other endpoint goes through FastAPI. Inference skips FastAPI's middleware and routing
 chain (seven layers in current FastAPI), which costs more than a small model's run: measured on
@@ -23,16 +23,8 @@ from snoozeml.api.codec import (
     encode_http_response,
     parse_json,
 )
-from snoozeml.api.http_body import (
-    ClientGone,
-    Message,
-    Receive,
-    Scope,
-    header,
-    read_body,
-    scope_credentials,
-)
-from snoozeml.api.http_limits import HEARS_DISCONNECTS, ON_DISCONNECT
+from snoozeml.api.http_body import ClientGone, Message, Receive, Scope, credentials
+from snoozeml.api.http_exchange import InferExchange
 from snoozeml.engine.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput, ShuttingDown
@@ -48,7 +40,9 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class InferenceRoute:
-    """ASGI app: POST .../infer handled here, everything else passed to `app`."""
+    """Inference over HTTP. The daemon's HTTP protocol hands each `POST .../infer` to `serve`
+    as an InferExchange, without an ASGI cycle; as an ASGI app in front of the others, this
+    answers any other method on an inference path 405 and passes the rest on to `app`."""
 
     def __init__(
         self,
@@ -66,25 +60,46 @@ class InferenceRoute:
         if scope["type"] == "http":
             match = INFER_PATH.match(scope["path"])
             if match is not None:
-                if scope["method"] == "POST":
-                    await self.infer(receive, send, match["name"], match["version"], scope)
+                if scope["method"] == "POST":  # only without the daemon's HTTP protocol
+                    await _respond(send, 500, {"error": "internal error: inference over HTTP "
+                                               "is served by the daemon's HTTP protocol"})
                 else:
-                    await _method_not_allowed(send)
+                    await _respond(send, 405, {"error": "Method Not Allowed"},
+                                   [(b"allow", b"POST")])
                 return
         await self.app(scope, receive, send)
 
-    async def infer(
-        self, receive: Receive, send: Send, name: str, version: str | None, scope: Scope
-    ) -> None:
-        call = self.boundary.begin(Operation.INFER, "http", name)
+    def take(self, path: str) -> tuple[str, str | None] | None:
+        """The model name and version of an inference path; None for any other path."""
+        match = INFER_PATH.match(path)
+        return None if match is None else (match["name"], match["version"])
+
+    async def serve(self, exchange: InferExchange) -> None:
+        """Answer one inference request; every ending is the boundary's."""
+        call = self.boundary.begin(Operation.INFER, "http", exchange.name)
         headers: list[tuple[bytes, bytes]] = _JSON_HEADERS
         try:
-            if call.checks_credentials:  # before the body is read
-                call.authorize(*scope_credentials(scope))
-            body = await read_body(scope, receive, self.max_request_size)
-            request = _decode(scope, body)
-            is_binary = binary_outputs(request)
-            response = await self._infer_until_gone(scope, name, version, request)
+            try:
+                if call.checks_credentials:  # before the body is read
+                    call.authorize(*credentials(exchange.headers))
+                body = await exchange.body()
+                request = _decode(exchange, body)
+                is_binary = binary_outputs(request)
+                response = await self._infer(exchange, request)
+            except asyncio.CancelledError:
+                task = exchange.task
+                if exchange.disconnected:  # the protocol cancelled it: the client left
+                    if task is not None:
+                        task.uncancel()
+                    raise ClientGone from None
+                if self.service.draining:
+                    # Cut off at the end of the drain: answer instead of dropping the connection.
+                    if task is not None:
+                        task.uncancel()
+                    raise ShuttingDown(
+                        "the server shut down before this request finished", retry_after=1.0
+                    ) from None
+                raise
             payload, header_length = encode_http_response(response, is_binary)
             if header_length is not None:
                 headers = [
@@ -95,10 +110,12 @@ class InferenceRoute:
             call.succeeded()
         except ClientGone:
             call.cancelled()
-            log_event("client_disconnected", logging.DEBUG, model=name)
+            log_event("client_disconnected", logging.DEBUG, model=exchange.name)
+            exchange.abandon()
             return
         except asyncio.CancelledError:
             call.cancelled()
+            exchange.abandon()
             raise
         except Exception as exc:  # boundary: one request fails, the daemon keeps serving
             answer = call.failed(exc)
@@ -107,56 +124,33 @@ class InferenceRoute:
             extra = answer.http_headers()
             if extra:
                 headers = [*headers, *((k.lower().encode(), v.encode()) for k, v in extra.items())]
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
+        await exchange.answer(status, headers, payload)
 
-    async def _infer_until_gone(
-        self, scope: Scope, name: str, version: str | None, request: InferRequest
-    ) -> InferResponse:
-        """Run the request; if the client disconnects first, cancel it so it leaves the batch
-        queue without running. The daemon's HTTP protocol (api/http_limits.py) says so
-        through the scope's hook: no task per request watches the connection."""
-        task = asyncio.current_task()
-        assert task is not None
-        gone = False
-
-        def left() -> None:
-            nonlocal gone
-            gone = True
-            task.cancel()
-
-        if scope.get(HEARS_DISCONNECTS) is False:  # lost while the body was decoded
+    async def _infer(self, exchange: InferExchange, request: InferRequest) -> InferResponse:
+        """Run the request. A client that leaves meanwhile has the protocol cancel this (the
+        exchange's `lost`), so the request leaves the batch queue without running."""
+        if exchange.disconnected:  # lost while the body was decoded
             raise ClientGone
-        scope[ON_DISCONNECT] = left
+        exchange.waits_on_model = True
         try:
-            return await self.service.infer(name, version, request)
-        except asyncio.CancelledError:
-            if gone:
-                task.uncancel()
-                raise ClientGone from None
-            if self.service.draining:
-                # Cut off at the end of the drain: answer instead of dropping the connection.
-                task.uncancel()
-                raise ShuttingDown(
-                    "the server shut down before this request finished", retry_after=1.0
-                ) from None
-            raise
+            return await self.service.infer(exchange.name, exchange.version, request)
         finally:
-            del scope[ON_DISCONNECT]
+            exchange.waits_on_model = False
 
 
-async def _method_not_allowed(send: Send) -> None:
-    payload = orjson.dumps({"error": "Method Not Allowed"})
-    await send({"type": "http.response.start", "status": 405,
-                "headers": [*_JSON_HEADERS, (b"allow", b"POST"),
+async def _respond(
+    send: Send, status: int, doc: dict[str, str], extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = orjson.dumps(doc)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_JSON_HEADERS, *(extra or ()),
                             (b"content-length", str(len(payload)).encode())]})
     await send({"type": "http.response.body", "body": payload})
 
 
-def _decode(scope: Scope, body: bytes) -> InferRequest:
+def _decode(exchange: InferExchange, body: bytes) -> InferRequest:
     """JSON, or a JSON header followed by binary tensors (Inference-Header-Content-Length)."""
-    value = header(scope, b"inference-header-content-length")
+    value = exchange.header(b"inference-header-content-length")
     if value is None:
         return decode_json_request(parse_json(body))
     # Digits only (int() would also take "+104", "1_04" and " 104"), and few enough for int()

@@ -9,7 +9,7 @@ small bomb is a 413 too.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from snoozeml.errors import InvalidInput, RequestTooLarge
@@ -33,8 +33,13 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 def scope_credentials(scope: Scope) -> tuple[str | None, str | None]:
     """The request's `Authorization` and `X-API-Key` values (the first of each), as text."""
+    return credentials(scope["headers"])
+
+
+def credentials(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """The `Authorization` and `X-API-Key` values of `headers` (the first of each), as text."""
     authorization = api_key = None
-    for key, value in scope["headers"]:
+    for key, value in headers:
         if key == b"authorization" and authorization is None:
             authorization = value.decode("latin-1")
         elif key == b"x-api-key" and api_key is None:
@@ -42,10 +47,11 @@ def scope_credentials(scope: Scope) -> tuple[str | None, str | None]:
     return authorization, api_key
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The whole body, inflated, at most `limit` bytes before and after inflating."""
+def check_declared(headers: Iterable[tuple[bytes, bytes]], limit: int) -> bytes | None:
+    """Refuse a declared Content-Length over `limit` (413) before anything is read; returns
+    the request's Content-Encoding, if any."""
     declared = encoding = None
-    for key, value in scope["headers"]:  # one pass: this runs for every request
+    for key, value in headers:  # one pass: this runs for every request
         if key == b"content-length":
             declared = value if declared is None else declared  # the first one counts
         elif key == b"content-encoding":
@@ -57,6 +63,12 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             raise InvalidInput("invalid Content-Length header") from None
         if size > limit:
             raise RequestTooLarge(f"request body of {size} bytes exceeds the limit of {limit}")
+    return encoding
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The whole body, inflated, at most `limit` bytes before and after inflating."""
+    encoding = check_declared(scope["headers"], limit)
     chunks: list[bytes] = []
     received = 0
     while True:
@@ -71,13 +83,14 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             chunks.append(chunk)
         if not message.get("more_body", False):
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            return body if encoding is None else _decompress(encoding, body, limit)
+            return body if encoding is None else inflate(encoding, body, limit)
 
 
 _WBITS = {b"gzip": 31, b"deflate": 15}  # zlib's window bits for a gzip / zlib stream
 
 
-def _decompress(value: bytes, body: bytes, limit: int) -> bytes:
+def inflate(value: bytes, body: bytes, limit: int) -> bytes:
+    """`body` as sent with Content-Encoding `value`, inflated, at most `limit` bytes."""
     encoding = value.strip().lower()
     if encoding in (b"", b"identity"):
         return body

@@ -25,16 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
 import orjson
+from uvicorn._types import ASGI3Application
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
+from snoozeml.api.http_exchange import InferExchange, Lane
 from snoozeml.logs import log_event
 
 # How long a refused connection is still read (and what is read dropped) before it closes.
@@ -46,16 +52,11 @@ _HEAD_SLACK = 1024
 # Python's phrase for 414 is RFC 2616's "Request-URI Too Long"; RFC 9110 says "URI Too Long".
 _STATUS_LINE = {**STATUS_LINE, 414: b"HTTP/1.1 414 URI Too Long\r\n"}
 
+# What stands for a request on a connection: uvicorn's, or ours for inference.
+Cycle = RequestResponseCycle | InferExchange
+
 # What a connection is reading; identity-compared on the hot path.
 _IDLE, _HEAD, _BODY = "idle", "head", "body"
-
-
-# The scope keys by which a request hears, without a task of its own, that its client left:
-# this protocol sets each scope's HEARS_DISCONNECTS to True, and when the connection is lost
-# before the answer is complete, to False, and calls the scope's ON_DISCONNECT (set by the app
-# while the request waits on the model).
-HEARS_DISCONNECTS = "snoozeml.hears_disconnects"
-ON_DISCONNECT = "snoozeml.on_disconnect"
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,15 @@ class _Refused(Exception):
     """Raised from a parser callback to stop parsing; the answer is kept on the protocol."""
 
 
-def limited_protocol(limits: HttpLimits) -> type[LimitedHttpProtocol]:
+def limited_protocol(limits: HttpLimits, lane: Lane) -> type[LimitedHttpProtocol]:
     """A protocol class for `uvicorn.Config(http=...)` that enforces `limits` (one class per
-    server: its connections share the occupancy)."""
+    server: its connections share the occupancy) and hands inference requests to `lane`."""
 
     class Limited(LimitedHttpProtocol):
         pass
 
     Limited.limits = limits
+    Limited.lane = lane
     Limited.occupancy = _Occupancy()
     return Limited
 
@@ -100,6 +102,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     # super() was a third of what this class added to a request (callgrind).
     limits: ClassVar[HttpLimits]
     occupancy: ClassVar[_Occupancy]
+    lane: ClassVar[Lane]
 
     def __init__(
         self,
@@ -148,13 +151,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
-            scope[HEARS_DISCONNECTS] = False  # gone: for a request not waiting yet
-            gone: Callable[[], None] | None = scope.get(ON_DISCONNECT)
-            if gone is not None:  # a request waiting on the model
-                gone()
+        cycle: Cycle = self.cycle
+        if type(cycle) is InferExchange and not cycle.response_complete:
+            cycle.lost()
         super().connection_lost(exc)
         occupancy = self.occupancy
         if occupancy.full and len(self.connections) < self.limits.max_connections:
@@ -215,7 +214,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         HttpToolsProtocol.on_message_begin(self)
-        self.scope[HEARS_DISCONNECTS] = True  # type: ignore[literal-required]
         self._begun += 1
         self._reading = _HEAD
         self._long_head = False
@@ -235,15 +233,61 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             if size > self._max_header:
                 self._stop(431, self._header_message())
         self._reading = _BODY
-        HttpToolsProtocol.on_headers_complete(self)
+        parser = self.parser
+        if (parser.get_method() != b"POST" or self.limit_concurrency is not None
+                or (parser.should_upgrade() and self._should_upgrade())
+                or not self._exchange()):
+            HttpToolsProtocol.on_headers_complete(self)
+
+    def _exchange(self) -> bool:
+        """Begin an inference request as an InferExchange in place of uvicorn's cycle (found
+        as uvicorn finds any request's path); False for any other path."""
+        path = httptools.parse_url(self.url).path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        lane = self.lane
+        target = lane.take(self.root_path + path)
+        if target is None:
+            return False
+        parser = self.parser
+        exchange = InferExchange(
+            self.transport, self.flow, self.server_state.default_headers,
+            self.on_response_complete, target[0], target[1], self.headers,
+            parser.get_http_version() != "1.0" and parser.should_keep_alive(),
+            self.expect_100_continue, lane.max_request_size)
+        existing = self.cycle
+        self.cycle = exchange  # type: ignore[assignment]
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(exchange, self.app)
+        else:  # pipelined: its turn comes when the answer before it is complete
+            self.flow.pause_reading()
+            self.pipeline.appendleft((exchange, self.app))  # type: ignore[arg-type]
+        return True
+
+    def _start_asgi_task(self, cycle: Cycle, app: ASGI3Application) -> None:
+        if isinstance(cycle, InferExchange):
+            task = self.loop.create_task(self.lane.serve(cycle))
+            cycle.task = task
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+        else:
+            HttpToolsProtocol._start_asgi_task(self, cycle, app)
 
     def on_body(self, body: bytes) -> None:
         self._body_seen = True
-        HttpToolsProtocol.on_body(self, body)
+        cycle: Cycle = self.cycle
+        if type(cycle) is InferExchange:
+            cycle.feed(body)
+        else:
+            HttpToolsProtocol.on_body(self, body)
 
     def on_message_complete(self) -> None:
         self._reading = _IDLE
-        HttpToolsProtocol.on_message_complete(self)
+        cycle: Cycle = self.cycle
+        if type(cycle) is InferExchange:
+            cycle.finish()
+        else:
+            HttpToolsProtocol.on_message_complete(self)
 
     # --- deadlines and refusals -------------------------------------------------------
 
@@ -287,7 +331,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
         self._unset_keepalive_if_required()
-        cycle = self.cycle
+        cycle: Cycle = self.cycle
         if self._reading is _BODY:  # `cycle` is this request's; the app may have answered
             free = cycle is None or not cycle.response_started
         else:  # `cycle`, if any, is an earlier request's
@@ -298,7 +342,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         log_event("http_refused", logging.DEBUG, status=status, reason=message,
                   client=f"{self.client[0]}:{self.client[1]}" if self.client else "")
         self.connections.discard(self)
-        if cycle is not None and not cycle.response_complete:
+        if type(cycle) is InferExchange and not cycle.response_complete:
+            cycle.lost()
+        elif cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app waiting for this body hears that it is gone
             cycle.message_event.set()
         body = orjson.dumps({"error": message})
