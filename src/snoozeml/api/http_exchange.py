@@ -158,26 +158,29 @@ class InferExchange:
             await self.flow.drain()
         self.response_started = True
         self.expect_100_continue = False
-        if not self.disconnected:
-            content = [STATUS_LINE[status]]
-            for name, value in self.default_headers:
-                content += [name, b": ", value, b"\r\n"]
-            for name, value in headers:
-                content += [name, b": ", value, b"\r\n"]
-            if not self.keep_alive:
-                content.append(b"connection: close\r\n")
-            content += [b"content-length: %d\r\n\r\n" % len(payload), payload]
-            self.transport.write(b"".join(content))
+        if self.disconnected:  # as uvicorn's send: nothing more on this connection
+            self.response_complete = True
+            return
+        content = [STATUS_LINE[status]]
+        for name, value in self.default_headers:
+            content += [name, b": ", value, b"\r\n"]
+        for name, value in headers:
+            content += [name, b": ", value, b"\r\n"]
+        if not self.keep_alive:
+            content.append(b"connection: close\r\n")
+        content += [b"content-length: %d\r\n\r\n" % len(payload), payload]
+        self.transport.write(b"".join(content))
         self.response_complete = True
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
 
     def abandon(self) -> None:
-        """No answer will be written: the client is gone, or the task was cancelled outside
-        a drain. The connection closes (if it has not already)."""
-        if not self.response_complete:
-            self.response_started = self.response_complete = True
+        """No answer will be written. A connection still open (the task was cancelled outside
+        a drain) is closed; one that is gone, or that a refusal took over (its answer still
+        being read by the client), is left alone."""
+        self.response_started = self.response_complete = True
+        if not self.disconnected:
             self.transport.close()
 
     def _wake(self) -> None:

@@ -1,0 +1,153 @@
+"""gRPC inference next to its floor and next to HTTP (issue 19, part 4).
+
+Usage (from the repository root, after ``bash bench/setup.sh``)::
+
+    .venv/bin/python bench/run_grpc_floor.py [--rounds 3] [--duration 4] [--out FILE]
+
+The floor is an empty grpc.aio servicer in its own process: ``ModelInfer`` answers every call
+with the same pre-built FP32 [1, 64] response, decoding nothing and running nothing, on uvloop
+like the daemon. The daemon serves ``null-64`` (one Relu, preloaded). Each round, in an order
+reversed every other round: ``grpc_load.py`` (one grpc.aio channel, c calls in flight, its own
+process) against the floor and against the daemon, and wrk with ``post.lua`` (JSON) against the
+daemon, at c1 and c64; 1 s warm-up, ``--duration`` s measured. Prints a markdown table of
+medians and the daemon's ratio to the floor in each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+from harness import (
+    Daemon,
+    command_line,
+    machine_line,
+    random_rows,
+    run_wrk,
+    wait_loaded,
+    write_body,
+)
+from models import write_null
+
+BENCH = Path(__file__).resolve().parent
+SERVICER = '''
+import asyncio, sys
+import grpc, numpy as np, uvloop
+from snoozeml.proto import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+
+ANSWER = pb.ModelInferResponse(model_name="null-64", model_version="1")
+out = ANSWER.outputs.add(name="y", datatype="FP32")
+out.shape.extend([1, 64])
+ANSWER.raw_output_contents.append(np.full((1, 64), 0.5, np.float32).tobytes())
+
+class Empty(pb_grpc.GRPCInferenceServiceServicer):
+    async def ModelInfer(self, request, context):
+        return ANSWER
+
+async def main():
+    server = grpc.aio.server()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Empty(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await server.wait_for_termination()
+
+uvloop.run(main())
+'''
+CONFIG = """\
+[server]
+idle_timeout = "never"
+
+[[models]]
+name = "null-64"
+path = "null-64.onnx"
+preload = true
+intra_op_threads = 1
+"""
+
+
+def grpc_run(target: str, concurrency: int, seconds: float) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "grpc_load.py"), target, "null-64", "64", str(concurrency),
+         str(seconds), "--warm-up", "1"], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for code, count in result["error_codes"].items():
+        print(f"{target}: c{concurrency}: {count} call(s) ended {code}", file=sys.stderr)
+    return {"rps": float(result["requests_per_s"]), "p50": float(result["p50_ms"]),
+            "errors": float(result["errors"])}
+
+
+def http_run(url: str, body: Path, concurrency: int, seconds: float) -> dict[str, float]:
+    threads = 1 if concurrency == 1 else 2
+    run_wrk(url, body, threads, concurrency, 1)
+    result = run_wrk(url, body, threads, concurrency, seconds)
+    return {"rps": float(result["requests_per_s"]), "p50": float(result["p50_ms"]),
+            "errors": float(result["non_2xx"] + result["socket_errors"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    cases = ("empty grpc.aio servicer", "daemon, gRPC", "daemon, JSON HTTP")
+    results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        write_null(folder / "null-64.onnx", 64)
+        (folder / "models.toml").write_text(CONFIG)
+        body = folder / "body.json"
+        write_body(body, random_rows(1, 64))
+        (folder / "servicer.py").write_text(SERVICER)
+        empty = subprocess.Popen([sys.executable, str(folder / "servicer.py")],
+                                 stdout=subprocess.PIPE, text=True)
+        daemon = Daemon(sys.executable, folder / "models.toml")
+        try:
+            assert empty.stdout is not None
+            floor = f"127.0.0.1:{int(empty.stdout.readline())}"
+            with httpx.Client(base_url=daemon.base_url) as client:
+                wait_loaded(client, "null-64")
+            for index in range(args.rounds):
+                order = cases if index % 2 == 0 else cases[::-1]
+                for concurrency in (1, 64):
+                    for case in order:
+                        if case == "daemon, JSON HTTP":
+                            run = http_run(daemon.base_url + "/v2/models/null-64/infer", body,
+                                           concurrency, args.duration)
+                        else:
+                            target = floor if case.startswith("empty") else daemon.grpc_target
+                            run = grpc_run(target, concurrency, args.duration)
+                        results.setdefault((case, concurrency), []).append(run)
+        finally:
+            empty.terminate()
+            empty.wait(timeout=20)
+            daemon.stop_and_warn()
+    lines = [f"- {machine_line()}", f"- command: `{command_line()}`",
+             f"- {args.rounds} round(s), {args.duration:g} s measured per run, after 1 s",
+             "", "| case | c | req/s (median) | p50 ms (median) | p50 ÷ floor's, per round "
+             "| errors |", "| --- | ---: | ---: | ---: | --- | ---: |"]
+    for concurrency in (1, 64):
+        floor_runs = results[(cases[0], concurrency)]
+        for case in cases:
+            runs = results[(case, concurrency)]
+            ratios = ", ".join(f"{r['p50'] / f['p50']:.2f}"
+                               for r, f in zip(runs, floor_runs, strict=True))
+            lines.append(
+                f"| {case} | {concurrency} | {statistics.median(r['rps'] for r in runs):,.0f} | "
+                f"{statistics.median(r['p50'] for r in runs):.3f} | {ratios} | "
+                f"{int(sum(r['errors'] for r in runs))} |")
+    report = "\n".join(lines)
+    print(report)
+    if args.out:
+        args.out.write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
