@@ -152,8 +152,44 @@ def test_connection_close_closes_after_the_answer(sock: socket.socket, folder: P
     sock.sendall(post(payload=body(6), headers=("Connection: close",)))
     answer = read_response(sock)
     assert_answers(folder, answer, 6)
+    # The header order of every other answer (uvicorn's): connection last.
+    assert list(answer[1])[-3:] == ["content-type", "content-length", "connection"]
     assert answer[1]["connection"] == "close"
     assert closed_by_server(sock)
+
+
+def test_expect_100_continue_with_the_body_already_sent_still_gets_its_100(
+    sock: socket.socket, folder: Path
+) -> None:
+    sock.sendall(post(payload=body(13), headers=("Expect: 100-continue",)))
+    interim = b""
+    while not interim.endswith(b"\r\n\r\n"):
+        chunk = sock.recv(1)
+        assert chunk, "closed before any answer"
+        interim += chunk
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert_answers(folder, read_response(sock), 13)
+
+
+def test_clients_that_shut_their_side_after_pipelined_requests_log_no_error(
+    daemon: Daemon, folder: Path
+) -> None:
+    # The transport closes on the client's end of file, before connection_lost: answers
+    # still to write then are dropped, not written into a closed transport.
+    mark = daemon.mark()
+    for seed in range(50):
+        with socket.create_connection(("127.0.0.1", daemon.http_port or 0),
+                                      timeout=WAIT) as sock:
+            sock.sendall(post(payload=body(seed)) * 3)
+            sock.shutdown(socket.SHUT_WR)
+            if seed % 2:  # half of them read what comes, until the daemon closes
+                while sock.recv(65536):
+                    pass
+    with socket.create_connection(("127.0.0.1", daemon.http_port or 0), timeout=WAIT) as sock:
+        sock.sendall(post(payload=body(14)))
+        assert_answers(folder, read_response(sock), 14)
+    later = daemon.log().splitlines()[mark:]
+    assert not [line for line in later if " ERROR " in line or "Traceback" in line], later
 
 
 def test_a_chunked_body_is_read_whole(sock: socket.socket, folder: Path) -> None:

@@ -27,7 +27,7 @@ from snoozeml.api.http_body import ClientGone, Message, Receive, Scope, credenti
 from snoozeml.api.http_exchange import InferExchange
 from snoozeml.engine.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
-from snoozeml.errors import InvalidInput, ShuttingDown
+from snoozeml.errors import InvalidInput, ShuttingDown, describe_exception
 from snoozeml.logs import log_event
 from snoozeml.operations import Operation
 
@@ -124,7 +124,12 @@ class InferenceRoute:
             extra = answer.http_headers()
             if extra:
                 headers = [*headers, *((k.lower().encode(), v.encode()) for k, v in extra.items())]
-        await exchange.answer(status, headers, payload)
+        try:
+            await exchange.answer(status, headers, payload)
+        except Exception as exc:  # boundary: the answer could not be written; the call ended
+            log_event("http_answer_failed", logging.WARNING, model=exchange.name,
+                      error=describe_exception(exc))
+            exchange.abandon()
 
     async def _infer(self, exchange: InferExchange, request: InferRequest) -> InferResponse:
         """Run the request. A client that leaves meanwhile has the protocol cancel this (the

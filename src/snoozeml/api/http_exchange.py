@@ -134,10 +134,11 @@ class InferExchange:
         """The whole body, inflated, at most the limit before and after inflating. Raises
         ClientGone when the client leaves first."""
         encoding = check_declared(self.headers, self._limit)
+        if self.expect_100_continue and not self.transport.is_closing():
+            # As uvicorn's first `receive`: even when the body came with the head.
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.expect_100_continue = False
         if not self._complete and self._body_error is None and not self.disconnected:
-            if self.expect_100_continue and not self.transport.is_closing():
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self.expect_100_continue = False
             self.flow.resume_reading()
             self._waiter = asyncio.get_running_loop().create_future()
             try:
@@ -158,7 +159,9 @@ class InferExchange:
             await self.flow.drain()
         self.response_started = True
         self.expect_100_continue = False
-        if self.disconnected:  # as uvicorn's send: nothing more on this connection
+        if self.disconnected or self.transport.is_closing():
+            # Gone, or going (the client shut its side: the transport closes, and
+            # connection_lost follows): nothing more on this connection.
             self.response_complete = True
             return
         content = [STATUS_LINE[status]]
@@ -166,9 +169,10 @@ class InferExchange:
             content += [name, b": ", value, b"\r\n"]
         for name, value in headers:
             content += [name, b": ", value, b"\r\n"]
-        if not self.keep_alive:
+        content.append(b"content-length: %d\r\n" % len(payload))
+        if not self.keep_alive:  # last, as uvicorn writes it
             content.append(b"connection: close\r\n")
-        content += [b"content-length: %d\r\n\r\n" % len(payload), payload]
+        content += [b"\r\n", payload]
         self.transport.write(b"".join(content))
         self.response_complete = True
         if not self.keep_alive:
