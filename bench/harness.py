@@ -441,6 +441,29 @@ def run_wrk(
     return result
 
 
+def wrk_point(url: str, body_file: Path, concurrency: int, duration_s: float,
+              extra_headers: Mapping[str, str] | None = None) -> dict[str, float]:
+    """One measured wrk run after 1 s of warm-up (``-t1`` at c1, ``-t2`` above): req/s, p50 ms
+    and errors."""
+    threads = 1 if concurrency == 1 else 2
+    run_wrk(url, body_file, threads, concurrency, 1, extra_headers=extra_headers)
+    result = run_wrk(url, body_file, threads, concurrency, duration_s,
+                     extra_headers=extra_headers)
+    return {"rps": float(result["requests_per_s"]), "p50": float(result["p50_ms"]),
+            "errors": float(wrk_errors(result))}
+
+
+def rounds_report(rounds: int, duration_s: float, table: list[str], out: Path | None) -> None:
+    """Print a report: the machine and command lines, the rounds, then `table`'s lines; also
+    write it to `out` when given."""
+    lines = [f"- {machine_line()}", f"- command: `{command_line()}`",
+             f"- {rounds} round(s), {duration_s:g} s measured per run, after 1 s", "", *table]
+    report = "\n".join(lines)
+    print(report)
+    if out is not None:
+        out.write_text(report + "\n")
+
+
 def wrk_errors(result: dict[str, Any]) -> int:
     return int(result["non_2xx"]) + int(result["socket_errors"])
 

@@ -24,15 +24,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
-from harness import (
-    Daemon,
-    command_line,
-    machine_line,
-    random_rows,
-    run_wrk,
-    wait_loaded,
-    write_body,
-)
+from harness import Daemon, random_rows, rounds_report, wait_loaded, write_body, wrk_point
 from models import write_null
 
 BENCH = Path(__file__).resolve().parent
@@ -83,14 +75,6 @@ def grpc_run(target: str, concurrency: int, seconds: float) -> dict[str, float]:
             "errors": float(result["errors"])}
 
 
-def http_run(url: str, body: Path, concurrency: int, seconds: float) -> dict[str, float]:
-    threads = 1 if concurrency == 1 else 2
-    run_wrk(url, body, threads, concurrency, 1)
-    result = run_wrk(url, body, threads, concurrency, seconds)
-    return {"rps": float(result["requests_per_s"]), "p50": float(result["p50_ms"]),
-            "errors": float(result["non_2xx"] + result["socket_errors"])}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -119,8 +103,8 @@ def main() -> None:
                 for concurrency in (1, 64):
                     for case in order:
                         if case == "daemon, JSON HTTP":
-                            run = http_run(daemon.base_url + "/v2/models/null-64/infer", body,
-                                           concurrency, args.duration)
+                            run = wrk_point(daemon.base_url + "/v2/models/null-64/infer", body,
+                                            concurrency, args.duration)
                         else:
                             target = floor if case.startswith("empty") else daemon.grpc_target
                             run = grpc_run(target, concurrency, args.duration)
@@ -129,9 +113,7 @@ def main() -> None:
             empty.terminate()
             empty.wait(timeout=20)
             daemon.stop_and_warn()
-    lines = [f"- {machine_line()}", f"- command: `{command_line()}`",
-             f"- {args.rounds} round(s), {args.duration:g} s measured per run, after 1 s",
-             "", "| case | c | req/s (median) | p50 ms (median) | p50 ÷ floor's, per round "
+    table = ["| case | c | req/s (median) | p50 ms (median) | p50 ÷ floor's, per round "
              "| errors |", "| --- | ---: | ---: | ---: | --- | ---: |"]
     for concurrency in (1, 64):
         floor_runs = results[(cases[0], concurrency)]
@@ -139,14 +121,11 @@ def main() -> None:
             runs = results[(case, concurrency)]
             ratios = ", ".join(f"{r['p50'] / f['p50']:.2f}"
                                for r, f in zip(runs, floor_runs, strict=True))
-            lines.append(
+            table.append(
                 f"| {case} | {concurrency} | {statistics.median(r['rps'] for r in runs):,.0f} | "
                 f"{statistics.median(r['p50'] for r in runs):.3f} | {ratios} | "
                 f"{int(sum(r['errors'] for r in runs))} |")
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        args.out.write_text(report + "\n")
+    rounds_report(args.rounds, args.duration, table, args.out)
 
 
 if __name__ == "__main__":

@@ -35,15 +35,7 @@ import time
 from pathlib import Path
 
 import httpx
-from harness import (
-    Daemon,
-    command_line,
-    machine_line,
-    random_rows,
-    run_wrk,
-    wait_loaded,
-    write_body,
-)
+from harness import Daemon, random_rows, rounds_report, wait_loaded, write_body, wrk_point
 from models import write_null
 
 GRANIAN = "granian==2.8.7"
@@ -120,15 +112,6 @@ def start_asgi(kind: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def measure(url: str, body: Path, concurrency: int, seconds: float,
-            headers: dict[str, str] | None = None) -> dict[str, float]:
-    threads = 1 if concurrency == 1 else 2
-    run_wrk(url, body, threads, concurrency, 1, extra_headers=headers)
-    result = run_wrk(url, body, threads, concurrency, seconds, extra_headers=headers)
-    return {"rps": float(result["requests_per_s"]), "p50": float(result["p50_ms"]),
-            "errors": float(result["non_2xx"] + result["socket_errors"])}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -159,7 +142,7 @@ def main() -> None:
                     for server in order:
                         close = server.endswith("no keep-alive")
                         url = urls["daemon" if close else server]
-                        results.setdefault((server, concurrency), []).append(measure(
+                        results.setdefault((server, concurrency), []).append(wrk_point(
                             url, body, concurrency, args.duration,
                             {"Connection": "close"} if close else None))
         finally:
@@ -167,9 +150,7 @@ def main() -> None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=20)
             daemon.stop_and_warn()
-    lines = [f"- {machine_line()}", f"- command: `{command_line()}`",
-             f"- {args.rounds} round(s), {args.duration:g} s measured per run, after 1 s",
-             "", "| server | c | req/s (median) | ÷ uvicorn, per round | p50 ms | errors |",
+    table = ["| server | c | req/s (median) | ÷ uvicorn, per round | p50 ms | errors |",
              "| --- | ---: | ---: | --- | ---: | ---: |"]
     for concurrency in (1, 64):
         base = results[("uvicorn", concurrency)]
@@ -177,14 +158,11 @@ def main() -> None:
             runs = results[(server, concurrency)]
             ratios = ", ".join(f"{r['rps'] / b['rps']:.2f}"
                                for r, b in zip(runs, base, strict=True))
-            lines.append(
+            table.append(
                 f"| {server} | {concurrency} | {statistics.median(r['rps'] for r in runs):,.0f} | "
                 f"{ratios} | {statistics.median(r['p50'] for r in runs):.3f} | "
                 f"{int(sum(r['errors'] for r in runs))} |")
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        args.out.write_text(report + "\n")
+    rounds_report(args.rounds, args.duration, table, args.out)
 
 
 if __name__ == "__main__":
