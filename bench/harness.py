@@ -453,6 +453,25 @@ def wrk_point(url: str, body_file: Path, concurrency: int, duration_s: float,
             "errors": float(wrk_errors(result))}
 
 
+def versus_table(results: Mapping[tuple[str, int], Sequence[Mapping[str, float]]],
+                 cases: Sequence[str], metric: str, label: str) -> list[str]:
+    """Markdown rows of `wrk_point`-shaped runs per (case, concurrency): median req/s and
+    p50, each round's `metric` ("rps" or "p50") over the first case's, and errors."""
+    table = [f"| case | c | req/s (median) | p50 ms (median) | {label}, per round | errors |",
+             "| --- | ---: | ---: | ---: | --- | ---: |"]
+    for concurrency in sorted({c for _, c in results}):
+        first = results[(cases[0], concurrency)]
+        for case in cases:
+            runs = results[(case, concurrency)]
+            ratios = ", ".join(f"{r[metric] / f[metric]:.2f}"
+                               for r, f in zip(runs, first, strict=True))
+            table.append(
+                f"| {case} | {concurrency} | {statistics.median(r['rps'] for r in runs):,.0f} | "
+                f"{statistics.median(r['p50'] for r in runs):.3f} | {ratios} | "
+                f"{int(sum(r['errors'] for r in runs))} |")
+    return table
+
+
 def rounds_report(rounds: int, duration_s: float, table: list[str], out: Path | None) -> None:
     """Print a report: the machine and command lines, the rounds, then `table`'s lines; also
     write it to `out` when given."""

@@ -17,14 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import httpx
-from harness import Daemon, random_rows, rounds_report, wait_loaded, write_body, wrk_point
+from harness import (
+    Daemon,
+    random_rows,
+    rounds_report,
+    versus_table,
+    wait_loaded,
+    write_body,
+    wrk_point,
+)
 from models import write_null
 
 BENCH = Path(__file__).resolve().parent
@@ -113,18 +120,7 @@ def main() -> None:
             empty.terminate()
             empty.wait(timeout=20)
             daemon.stop_and_warn()
-    table = ["| case | c | req/s (median) | p50 ms (median) | p50 ÷ floor's, per round "
-             "| errors |", "| --- | ---: | ---: | ---: | --- | ---: |"]
-    for concurrency in (1, 64):
-        floor_runs = results[(cases[0], concurrency)]
-        for case in cases:
-            runs = results[(case, concurrency)]
-            ratios = ", ".join(f"{r['p50'] / f['p50']:.2f}"
-                               for r, f in zip(runs, floor_runs, strict=True))
-            table.append(
-                f"| {case} | {concurrency} | {statistics.median(r['rps'] for r in runs):,.0f} | "
-                f"{statistics.median(r['p50'] for r in runs):.3f} | {ratios} | "
-                f"{int(sum(r['errors'] for r in runs))} |")
+    table = versus_table(results, cases, "p50", "p50 ÷ floor's")
     rounds_report(args.rounds, args.duration, table, args.out)
 
 

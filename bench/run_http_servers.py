@@ -27,7 +27,6 @@ import argparse
 import importlib.util
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,15 @@ import time
 from pathlib import Path
 
 import httpx
-from harness import Daemon, random_rows, rounds_report, wait_loaded, write_body, wrk_point
+from harness import (
+    Daemon,
+    random_rows,
+    rounds_report,
+    versus_table,
+    wait_loaded,
+    write_body,
+    wrk_point,
+)
 from models import write_null
 
 GRANIAN = "granian==2.8.7"
@@ -150,18 +157,7 @@ def main() -> None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=20)
             daemon.stop_and_warn()
-    table = ["| server | c | req/s (median) | ÷ uvicorn, per round | p50 ms | errors |",
-             "| --- | ---: | ---: | --- | ---: | ---: |"]
-    for concurrency in (1, 64):
-        base = results[("uvicorn", concurrency)]
-        for server in servers:
-            runs = results[(server, concurrency)]
-            ratios = ", ".join(f"{r['rps'] / b['rps']:.2f}"
-                               for r, b in zip(runs, base, strict=True))
-            table.append(
-                f"| {server} | {concurrency} | {statistics.median(r['rps'] for r in runs):,.0f} | "
-                f"{ratios} | {statistics.median(r['p50'] for r in runs):.3f} | "
-                f"{int(sum(r['errors'] for r in runs))} |")
+    table = versus_table(results, servers, "rps", "req/s ÷ uvicorn")
     rounds_report(args.rounds, args.duration, table, args.out)
 
 

@@ -23,7 +23,7 @@ from snoozeml.api.codec import (
     encode_http_response,
     parse_json,
 )
-from snoozeml.api.http_body import ClientGone, Message, Receive, Scope, credentials
+from snoozeml.api.http_body import ClientGone, Message, Receive, Scope, credentials, header
 from snoozeml.api.http_exchange import InferExchange
 from snoozeml.engine.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
@@ -155,7 +155,7 @@ async def _respond(
 
 def _decode(exchange: InferExchange, body: bytes) -> InferRequest:
     """JSON, or a JSON header followed by binary tensors (Inference-Header-Content-Length)."""
-    value = exchange.header(b"inference-header-content-length")
+    value = header(exchange.headers, b"inference-header-content-length")
     if value is None:
         return decode_json_request(parse_json(body))
     # Digits only (int() would also take "+104", "1_04" and " 104"), and few enough for int()

@@ -23,12 +23,17 @@ class ClientGone(Exception):
     """The client disconnected before we answered."""
 
 
-def header(scope: Scope, name: bytes) -> bytes | None:
+def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     """The first value of header `name` (lower case), as sent."""
-    for key, value in scope["headers"]:
+    for key, value in headers:
         if key == name:
-            return value  # type: ignore[no-any-return]
+            return value
     return None
+
+
+def too_large(limit: int) -> RequestTooLarge:
+    """The 413 for a body that grew past `limit` as it was read."""
+    return RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
 
 
 def scope_credentials(scope: Scope) -> tuple[str | None, str | None]:
@@ -79,7 +84,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         if chunk:
             received += len(chunk)
             if received > limit:
-                raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
+                raise too_large(limit)
             chunks.append(chunk)
         if not message.get("more_body", False):
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -21,8 +21,7 @@ from typing import Any, Protocol
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from snoozeml.api.http_body import ClientGone, check_declared, inflate
-from snoozeml.errors import RequestTooLarge
+from snoozeml.api.http_body import ClientGone, check_declared, inflate, too_large
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -103,8 +102,7 @@ class InferExchange:
         self._received += len(chunk)
         if self._received > self._limit:
             self._chunks.clear()
-            self._body_error = RequestTooLarge(
-                f"request body exceeds the limit of {self._limit} bytes")
+            self._body_error = too_large(self._limit)
             self._wake()
             return
         self._chunks.append(chunk)
@@ -122,13 +120,6 @@ class InferExchange:
             self.task.cancel()
 
     # --- for the route ----------------------------------------------------------------
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header `name` (lower case), as sent."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
 
     async def body(self) -> bytes:
         """The whole body, inflated, at most the limit before and after inflating. Raises
