@@ -2,7 +2,8 @@
 
 Usage (from the repository root, after ``bash bench/setup.sh``)::
 
-    .venv/bin/python bench/run_compare.py --base 36500f1 [--head WORKTREE|REV] [--rounds 12]
+    .venv/bin/python bench/run_compare.py --base 36500f1 [--head REV] [--rounds 12]
+        [--loads heavy:1 mlp:64 ...]
 
 This machine's speed drifts by 2x from day to day and by tens of percent from minute to minute,
 so two versions measured one after the other can differ by more than any change between them.
@@ -18,7 +19,8 @@ Loads (the models of ``run_http.py`` and ``run_batching.py``, preloaded, pinned,
 ``intra_op_threads = 1``, one-row JSON requests):
   ``mlp c1``      the bench MLP 64-256-64, wrk -t1 -c1 (per-request latency; batches of one)
   ``mlp c64``     the bench MLP, wrk -t2 -c64 (the HTTP path's throughput)
-  ``heavy c16``, ``heavy c64``  the MLP 512-2048-2048-512, batching on (64 rows, 0 ms)
+  ``heavy c1``, ``heavy c16``, ``heavy c64``  the MLP 512-2048-2048-512, batching on (64 rows,
+                  0 ms); at c1 every run goes to the worker thread
 
 The report also says whether each daemon ran its very short batches inline (see
 docs/batching.md): one slow run turns that off for good, and it moves c1 latency by a third, so
@@ -53,7 +55,7 @@ from harness import (
 from models import write_bench_mlp, write_heavy_mlp
 
 REPO = Path(__file__).resolve().parent.parent
-LOADS = (("mlp", 1), ("mlp", 64), ("heavy", 16), ("heavy", 64))
+LOADS = (("mlp", 1), ("mlp", 64), ("heavy", 1), ("heavy", 16), ("heavy", 64))
 WIDTHS = {"mlp": 64, "heavy": 512}
 CONFIG = """\
 [[models]]
@@ -159,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=float, default=3.0, help="seconds per burst (3)")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     parser.add_argument("--python", default=sys.executable, help="interpreter of the daemons")
+    parser.add_argument("--loads", nargs="+", default=[f"{m}:{c}" for m, c in LOADS],
+                        metavar="MODEL:C", help="loads to run, e.g. heavy:1 mlp:64 (all of them)")
     args = parser.parse_args(argv)
+    loads = [(model, int(c)) for model, _, c in (load.partition(":") for load in args.loads)]
+    if unknown := [m for m, _ in loads if m not in WIDTHS]:
+        parser.error(f"unknown model in --loads: {', '.join(unknown)} (known: mlp, heavy)")
     report = ["## Paired comparison", "", f"Machine: {machine_line()}", "",
               f"Command: `{command_line()}`", ""]
     with tempfile.TemporaryDirectory(prefix="snooze-compare-") as tmp:
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                        "flipped every pair.", "",
                        "| load | metric | old median | new median | new/old, paired: median "
                        "(range) |", "| --- | --- | ---: | ---: | ---: |"]
-            for model, connections in LOADS:
+            for model, connections in loads:
                 bursts: dict[str, list[Burst]] = {"old": [], "new": []}
                 for version in daemons:  # warm-up, not recorded
                     burst(daemons[version], model, connections, 2, bodies[model])

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -197,3 +198,89 @@ def test_a_backend_failure_is_a_backend_error_for_each_request_of_the_batch(
     first, second = results
     assert first is not second  # each request raises its own error object
     assert "model 'm' failed to run" in str(first)
+
+
+class Gated:
+    """A real instance whose runs each wait for the test's go-ahead, and say when they begin."""
+
+    def __init__(self, inner: Instance, runs: int) -> None:
+        self.inner = inner
+        self.begun = [threading.Event() for _ in range(runs)]
+        self.go = [threading.Event() for _ in range(runs)]
+        self.runs = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def run_batch_blocking(self, requests: Any, outputs: Any) -> Any:
+        index, self.runs = self.runs, self.runs + 1
+        self.begun[index].set()
+        assert self.go[index].wait(30), "the test never let this run through"
+        return self.inner.run_batch_blocking(requests, outputs)
+
+
+async def queued(batcher: Batcher, count: int) -> None:
+    """Until `count` requests are in the batcher's queue: their tasks' first steps have run."""
+    for _ in range(100):
+        if batcher.queued >= count:
+            return
+        await asyncio.sleep(0)  # one turn of the loop, not a wait for time
+    raise AssertionError(f"{count} requests never reached the queue")
+
+
+def test_the_worker_starts_the_next_batch_by_itself_while_the_event_loop_is_busy(
+    tmp_path: Path,
+) -> None:
+    inner = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+    gated = Gated(inner, runs=2)
+    xs = [np.full((1, 4), i, np.float32) for i in range(3)]
+
+    async def body(batcher: Batcher, bus: EventBus) -> tuple[bool, list[Any], list[EngineEvent]]:
+        with events_seen(bus) as seen:
+            first = asyncio.ensure_future(batcher.submit({"x": xs[0]}, None))
+            assert await asyncio.to_thread(gated.begun[0].wait, 30)
+            rest = [asyncio.ensure_future(batcher.submit({"x": x}, None)) for x in xs[1:]]
+            await queued(batcher, 2)
+            # The event loop is held here, so the batch loop cannot dispatch the two queued
+            # requests: only the worker itself can start them once the first run ends.
+            gated.go[0].set()
+            went_on = gated.begun[1].wait(30)
+            gated.go[1].set()
+            answers = await asyncio.gather(first, *rest)
+        return went_on, answers, seen
+
+    went_on, answers, seen = with_batcher(gated, BatchPolicy(max_batch_size=32), body)
+    assert went_on, "the worker waited for the event loop to dispatch the next batch"
+    for x, answer in zip(xs, answers, strict=True):
+        np.testing.assert_array_equal(answer["y"], inner.run_blocking({"x": x}, None)["y"])
+    runs = [event for event in seen if isinstance(event, BatchRun)]
+    assert [(run.rows, run.ok, len(run.queue_seconds)) for run in runs] == [(1, True, 1),
+                                                                            (2, True, 2)]
+    assert all(run.run_seconds > 0 for run in runs)
+
+
+def test_stopping_cancels_a_batch_the_worker_took_instead_of_leaving_it_unanswered(
+    tmp_path: Path,
+) -> None:
+    gated = Gated(instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))), runs=2)
+    x = {"x": np.ones((1, 4), np.float32)}
+
+    async def body(batcher: Batcher, bus: EventBus) -> tuple[object, object]:
+        first = asyncio.ensure_future(batcher.submit(x, None))
+        assert await asyncio.to_thread(gated.begun[0].wait, 30)
+        second = asyncio.ensure_future(batcher.submit(dict(x), None))
+        await queued(batcher, 1)
+        gated.go[0].set()
+        assert await asyncio.to_thread(gated.begun[1].wait, 30)  # the worker took `second`
+        answered = await first
+        await batcher.stop()
+        gated.go[1].set()
+        try:
+            outcome: object = await asyncio.wait_for(second, 30)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        return answered, outcome
+
+    answered, outcome = with_batcher(gated, BatchPolicy(max_batch_size=32), body)
+    assert isinstance(answered, dict)
+    assert outcome == "cancelled"

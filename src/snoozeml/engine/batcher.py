@@ -5,6 +5,13 @@ or something arrives, runs each batch through the instance on the replica's work
 inline, see engine/inline.py), answers every request with its own rows, and publishes what
 happened (`BatchRun`, `QueueFull`, `QueueTimedOut`, `RequestDropped`) instead of counting it.
 
+The worker never waits for the loop between batches: after a good run it asks `collect_batch`
+itself (the queue is shared under a lock) and, when a batch is ready, starts it at once; the loop
+answers the batch before it meanwhile and then awaits the one the worker took. When the loop
+hands a batch to an idle worker it waits, briefly and bounded, for the worker to begin: the
+worker needs the GIL to start, and a busy loop would otherwise hold it for a whole switch
+interval (5 ms) while the worker idles. Measured in bench/results.md (issue 19, fourth step).
+
 Invariants:
 - A request is answered exactly once: with its outputs, its own error, or a queue timeout.
 - A request that timed out or whose client left is never run.
@@ -17,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from snoozeml.engine.batching import Arrays, BatchPolicy, Pending, batch_key, collect_batch
@@ -47,6 +55,11 @@ from snoozeml.logs import log_event
 from snoozeml.runtime.base import Instance, Unsplittable
 
 OomRelief = Callable[[BaseException], Awaitable[object]]
+
+# How long the loop waits for an idle worker to begin a batch it was handed: the thread's wake-up
+# (tens of microseconds) with room to spare. Past it the loop goes on; the worker then starts
+# when the loop next releases the GIL.
+HANDOFF_WAIT = 0.002
 
 
 @dataclass(slots=True)
@@ -76,6 +89,24 @@ class BatcherHooks:
     batch_ran: Callable[[int, int], None]  # (replica, rows) after a good run of rows > 1
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A batch the worker took from the queue after a good run, and its run, already submitted to
+    the worker (it starts the moment the run before returns)."""
+
+    batch: list[Pending]
+    started: float  # when the worker took it (the batcher's clock)
+    job: Future[Ran]
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What a run on the worker gives back: each request's outputs and the run's seconds."""
+
+    parts: list[Arrays]
+    seconds: float
+
+
 class Batcher:
     def __init__(
         self,
@@ -98,6 +129,10 @@ class Batcher:
         self._clock = clock
         self._inline = InlinePolicy()
         self._queue: deque[Pending] = deque()
+        # The queue, the batches the worker took and `_closed` are shared with the worker thread.
+        self._lock = threading.Lock()
+        self._taken: deque[Taken] = deque()  # taken by the worker, oldest first, not answered
+        self._closed = False
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -114,14 +149,19 @@ class Batcher:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
+        with self._lock:
+            self._closed = True  # the worker takes no more batches
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        for pending in self._queue:
+        with self._lock:
+            left = [*self._queue, *(p for taken in self._taken for p in taken.batch)]
+            self._queue.clear()
+            self._taken.clear()
+        for pending in left:
             if not pending.future.done():
                 pending.future.cancel()
-        self._queue.clear()
 
     async def submit(
         self, inputs: Arrays, outputs: Sequence[str] | None, queue_timeout: float | None = None
@@ -129,7 +169,8 @@ class Batcher:
         """Queue one validated request and wait for its own rows of the outputs."""
         if len(self._queue) >= self.policy.max_queue:
             # Timed-out or abandoned requests wait for the loop to drop them; not here.
-            self._queue = deque(p for p in self._queue if not p.future.done())
+            with self._lock:
+                self._queue = deque(p for p in self._queue if not p.future.done())
         if len(self._queue) >= self.policy.max_queue:
             queued = len(self._queue)
             self._events.publish(QueueFullEvent(self.model, queued))
@@ -146,7 +187,8 @@ class Batcher:
         future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         deadline = now + queue_timeout if queue_timeout is not None else None
         pending = Pending(key, rows, inputs, wanted, now, deadline, future)
-        self._queue.append(pending)
+        with self._lock:
+            self._queue.append(pending)
         self._wakeup.set()
         if queue_timeout is None:
             return await future
@@ -182,20 +224,27 @@ class Batcher:
                           error=describe_exception(exc))
 
     async def _step(self) -> None:
-        decision = collect_batch(self._queue, self._clock(), self.policy)
-        if decision.expired or decision.dropped or decision.batch:
-            gone = {id(p) for p in (*decision.expired, *decision.dropped, *decision.batch)}
-            self._queue = deque(p for p in self._queue if id(p) not in gone)
+        while self._taken:  # what the worker went on to after its last run, in order
+            taken = self._taken[0]
+            await self._dispatch(taken.batch, taken.started, taken.job)
+            with self._lock:
+                self._taken.popleft()
+        with self._lock:
+            now = self._clock()
+            decision = collect_batch(self._queue, now, self.policy)
+            if decision.expired or decision.dropped or decision.batch:
+                gone = {id(p) for p in (*decision.expired, *decision.dropped, *decision.batch)}
+                self._queue = deque(p for p in self._queue if id(p) not in gone)
+            for pending in decision.batch:
+                pending.dispatched = True
         for pending in decision.dropped:
             # Futures answered by their timeout timer are done too; only clients that left.
             if pending.future.cancelled():
                 self._events.publish(RequestDropped(self.model))
         for pending in decision.expired:
             self._time_out(pending)
-        for pending in decision.batch:
-            pending.dispatched = True
         if decision.batch:
-            await self._dispatch(decision.batch)
+            await self._dispatch(decision.batch, now)
             return
         self._wakeup.clear()
         if decision.wait is None:
@@ -204,8 +253,11 @@ class Batcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), decision.wait)
 
-    async def _dispatch(self, batch: list[Pending]) -> None:
-        started = self._clock()
+    async def _dispatch(
+        self, batch: list[Pending], started: float, job: Future[Ran] | None = None
+    ) -> None:
+        """Run `batch` (or await `job`: its run, which the worker already started) and answer
+        it."""
         rows = 0
         waits = []
         requests = []
@@ -215,8 +267,9 @@ class Batcher:
             requests.append(pending.inputs)
         outputs = batch[0].outputs
         inline = ok = False
+        ran = 0.0
         try:
-            parts, inline = await self._run(requests, rows, outputs)
+            parts, inline, ran = await self._run(requests, rows, outputs, job)
             ok = True
         except Exception as exc:
             if not self._hooks.is_out_of_memory(exc):
@@ -225,7 +278,7 @@ class Batcher:
             # Reactive protection: make room by evicting idle models, then retry once.
             try:
                 await self._hooks.relieve_oom(exc)
-                parts, inline = await self._run(requests, rows, outputs)
+                parts, inline, ran = await self._run(requests, rows, outputs)
                 ok = True
             except Exception as again:
                 if self._hooks.is_out_of_memory(again):
@@ -236,7 +289,9 @@ class Batcher:
                 self._fail(batch, again)
                 return
         finally:
-            seconds = self._clock() - started
+            # A good run counts its own time: a batch the worker took waited behind the run
+            # before it, and its answer may reach the loop after the next one started.
+            seconds = ran if ok else self._clock() - started
             self._hooks.run_times.record(seconds)
             self._events.publish(BatchRun(self.model, self.replica, rows, tuple(waits),
                                           seconds, inline, ok))
@@ -247,35 +302,81 @@ class Batcher:
             self._hooks.batch_ran(self.replica, rows)
 
     async def _run(
-        self, requests: list[Arrays], rows: int, outputs: Sequence[str] | None
-    ) -> tuple[list[Arrays], bool]:
-        """Each request's outputs, and whether the run was inline."""
+        self, requests: list[Arrays], rows: int, outputs: Sequence[str] | None,
+        job: Future[Ran] | None = None,
+    ) -> tuple[list[Arrays], bool, float]:
+        """Each request's outputs, whether the run was inline, and its seconds. `job`: the run,
+        when the worker already started it."""
         instance = self._instance
+        started = time.perf_counter()
         try:
-            if self._inline.allows(rows):
-                started = time.perf_counter()
+            if job is None and self._inline.allows(rows):
                 try:
-                    return instance.run_batch_blocking(requests, outputs), True
+                    parts = instance.run_batch_blocking(requests, outputs)
+                    return parts, True, time.perf_counter() - started
                 finally:
                     if self._inline.observe_inline(time.perf_counter() - started, rows):
                         self._events.publish(InlineDisabled(
                             self.model, "a run on the event loop took over "
                             f"{self._inline.abort_run * 1000:g} ms"))
-            parts, seconds = await asyncio.get_running_loop().run_in_executor(
-                self._worker, _timed, instance, requests, outputs
-            )
-            self._inline.observe(seconds, rows)
-            return parts, False
+            if job is None:
+                begun = threading.Lock()
+                begun.acquire()
+                job = self._worker.submit(self._work, requests, outputs, begun)
+                begun.acquire(timeout=HANDOFF_WAIT)  # lets the worker take the GIL; see above
+            ran = await asyncio.wrap_future(job)
+            self._inline.observe(ran.seconds, rows)
+            return ran.parts, False, ran.seconds
         except Unsplittable:
             self._hooks.unsplittable(
                 "an output's first dimension does not follow the batch's rows; "
                 "running requests alone"
             )
             loop = asyncio.get_running_loop()
-            return [
+            alone = [
                 await loop.run_in_executor(self._worker, instance.run_blocking, inputs, outputs)
                 for inputs in requests
-            ], False
+            ]
+            return alone, False, time.perf_counter() - started
+
+    def _work(
+        self, requests: Sequence[Arrays], outputs: Sequence[str] | None,
+        begun: threading.Lock | None = None,
+    ) -> Ran:
+        """On the worker thread: one run, then on to the next batch if one is ready."""
+        if begun is not None:
+            begun.release()
+        started = time.perf_counter()
+        parts = self._instance.run_batch_blocking(requests, outputs)
+        seconds = time.perf_counter() - started
+        try:
+            self._take()
+        except Exception as exc:  # the run is good; what is still queued waits for the loop
+            log_event("batch_take_failed", logging.ERROR, model=self.model,
+                      error=describe_exception(exc))
+        return Ran(parts, seconds)
+
+    def _take(self) -> None:
+        """On the worker thread, after a good run: take the batch `collect_batch` would dispatch
+        now, if any, and submit its run behind this one. What expired or was dropped is left to
+        the loop, and so is a batch that should wait for company."""
+        with self._lock:
+            if self._closed:
+                return
+            now = self._clock()
+            batch = collect_batch(self._queue, now, self.policy).batch
+            if not batch:
+                return
+            try:
+                job = self._worker.submit(self._work, [p.inputs for p in batch],
+                                          batch[0].outputs)
+            except RuntimeError:  # the executor is shutting down: leave them to the loop
+                return
+            chosen = {id(p) for p in batch}
+            self._queue = deque(p for p in self._queue if id(p) not in chosen)
+            for pending in batch:
+                pending.dispatched = True
+            self._taken.append(Taken(batch, now, job))
 
     def _fail(self, batch: Iterable[Pending], exc: BaseException) -> None:
         for pending in batch:
@@ -288,11 +389,3 @@ class Batcher:
         error = BackendError(f"model {self.model!r} failed to run: {describe_exception(exc)}")
         error.__cause__ = exc
         return error
-
-
-def _timed(
-    instance: Instance, requests: Sequence[Arrays], outputs: Sequence[str] | None
-) -> tuple[list[Arrays], float]:
-    started = time.perf_counter()
-    parts = instance.run_batch_blocking(requests, outputs)
-    return parts, time.perf_counter() - started
