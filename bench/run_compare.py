@@ -19,6 +19,7 @@ Loads (the models of ``run_http.py`` and ``run_batching.py``, preloaded, pinned,
 ``intra_op_threads = 1``, one-row JSON requests):
   ``mlp c1``      the bench MLP 64-256-64, wrk -t1 -c1 (per-request latency; batches of one)
   ``mlp c64``     the bench MLP, wrk -t2 -c64 (the HTTP path's throughput)
+  ``null c64``    one Relu 512 -> 512 (issue 19's null model: the daemon's own cost), wrk -c64
   ``heavy c1``, ``heavy c16``, ``heavy c64``  the MLP 512-2048-2048-512, batching on (64 rows,
                   0 ms); at c1 every run goes to the worker thread
 
@@ -52,15 +53,22 @@ from harness import (
     wait_ready,
     wrk_errors,
 )
-from models import write_bench_mlp, write_heavy_mlp
+from models import write_bench_mlp, write_heavy_mlp, write_null
 
 REPO = Path(__file__).resolve().parent.parent
-LOADS = (("mlp", 1), ("mlp", 64), ("heavy", 1), ("heavy", 16), ("heavy", 64))
-WIDTHS = {"mlp": 64, "heavy": 512}
+LOADS = (("mlp", 1), ("mlp", 64), ("null", 64), ("heavy", 1), ("heavy", 16), ("heavy", 64))
+WIDTHS = {"mlp": 64, "null": 512, "heavy": 512}
 CONFIG = """\
 [[models]]
 name = "mlp"
 path = "mlp.onnx"
+idle_timeout = "never"
+intra_op_threads = 1
+preload = true
+
+[[models]]
+name = "null"
+path = "null.onnx"
 idle_timeout = "never"
 intra_op_threads = 1
 preload = true
@@ -166,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     loads = [(model, int(c)) for model, _, c in (load.partition(":") for load in args.loads)]
     if unknown := [m for m, _ in loads if m not in WIDTHS]:
-        parser.error(f"unknown model in --loads: {', '.join(unknown)} (known: mlp, heavy)")
+        parser.error(f"unknown model in --loads: {', '.join(unknown)} "
+                     f"(known: {', '.join(WIDTHS)})")
     report = ["## Paired comparison", "", f"Machine: {machine_line()}", "",
               f"Command: `{command_line()}`", ""]
     with tempfile.TemporaryDirectory(prefix="snooze-compare-") as tmp:
@@ -175,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                    "new": export_src(args.head, work / "new") if args.head else REPO / "src"}
         write_bench_mlp(work / "mlp.onnx")
         write_heavy_mlp(work / "heavy.onnx")
+        write_null(work / "null.onnx", WIDTHS["null"])
         config = work / "models.toml"
         config.write_text(CONFIG, encoding="utf-8")
         bodies = {}

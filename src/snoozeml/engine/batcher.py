@@ -5,12 +5,11 @@ or something arrives, runs each batch through the instance on the replica's work
 inline, see engine/inline.py), answers every request with its own rows, and publishes what
 happened (`BatchRun`, `QueueFull`, `QueueTimedOut`, `RequestDropped`) instead of counting it.
 
-The worker never waits for the loop between batches: after a good run it asks `collect_batch`
-itself (the queue is shared under a lock) and, when a batch is ready, starts it at once; the loop
-answers the batch before it meanwhile and then awaits the one the worker took. When the loop
-hands a batch to an idle worker it waits, briefly and bounded, for the worker to begin: the
-worker needs the GIL to start, and a busy loop would otherwise hold it for a whole switch
-interval (5 ms) while the worker idles. Measured in bench/results.md (issue 19, fourth step).
+After a long run (CPU time at least a tenth of the GIL switch interval) the worker asks
+`collect_batch` itself, under a lock shared with the loop, and starts the due batch at once while
+the loop answers the one before; and the loop, handing such a model's batch to an idle worker
+under load, waits (at most 2 ms) for it to begin, so a busy loop does not keep the GIL from it
+for a switch interval. Why, and what it measured: docs/batching.md, "The hand-off".
 
 Invariants:
 - A request is answered exactly once: with its outputs, its own error, or a queue timeout.
@@ -24,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -56,16 +56,16 @@ from snoozeml.runtime.base import Instance, Unsplittable
 
 OomRelief = Callable[[BaseException], Awaitable[object]]
 
-# How long the loop waits for an idle worker to begin a batch it was handed: the thread's wake-up
-# (tens of microseconds) with room to spare. Past it the loop goes on; the worker then starts
-# when the loop next releases the GIL.
+# How long the loop waits for an idle worker to begin a batch it was handed: a thread wake-up
+# (tens of microseconds) with room to spare; past it the loop goes on without.
 HANDOFF_WAIT = 0.002
+# A run is long from this fraction of the switch interval (a GIL wait's bound) in CPU time.
+LONG_RUN = 0.1
 
 
 @dataclass(slots=True)
 class RunTimes:
-    """How long the model's batches have taken, over its whole life (every replica, every
-    load): what a full queue's Retry-After estimates from."""
+    """The model's batch run times over its life (all replicas, all loads): Retry-After's base."""
 
     total: float = 0.0
     count: int = 0
@@ -89,22 +89,16 @@ class BatcherHooks:
     batch_ran: Callable[[int, int], None]  # (replica, rows) after a good run of rows > 1
 
 
+Ran = tuple[list[Arrays], float]  # a run on the worker: each request's outputs, its seconds
+
+
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """A batch the worker took from the queue after a good run, and its run, already submitted to
-    the worker (it starts the moment the run before returns)."""
+    """A batch the worker took after a good run, and its run, queued right behind that one."""
 
     batch: list[Pending]
     started: float  # when the worker took it (the batcher's clock)
     job: Future[Ran]
-
-
-@dataclass(frozen=True, slots=True)
-class Ran:
-    """What a run on the worker gives back: each request's outputs and the run's seconds."""
-
-    parts: list[Arrays]
-    seconds: float
 
 
 class Batcher:
@@ -118,6 +112,7 @@ class Batcher:
         events: EventBus,
         hooks: BatcherHooks,
         clock: Callable[[], float] = time.monotonic,
+        long_run: float | None = None,  # CPU seconds; None: LONG_RUN of the switch interval
     ) -> None:
         self.model = model
         self.replica = replica
@@ -127,6 +122,8 @@ class Batcher:
         self._events = events
         self._hooks = hooks
         self._clock = clock
+        self._long_run = long_run
+        self._runs_long = False  # the last run on the worker was long; set by the worker
         self._inline = InlinePolicy()
         self._queue: deque[Pending] = deque()
         # The queue, the batches the worker took and `_closed` are shared with the worker thread.
@@ -226,9 +223,15 @@ class Batcher:
     async def _step(self) -> None:
         while self._taken:  # what the worker went on to after its last run, in order
             taken = self._taken[0]
-            await self._dispatch(taken.batch, taken.started, taken.job)
-            with self._lock:
+            try:
+                await self._dispatch(taken.batch, taken.started, taken.job)
+            except asyncio.CancelledError:
+                raise  # stopping: still listed, so stop() cancels what is left unanswered
+            except Exception as exc:  # answered with it, then logged by _loop
+                self._fail(taken.batch, exc)
                 self._taken.popleft()
+                raise
+            self._taken.popleft()  # deque ends are thread-safe; the worker only appends
         with self._lock:
             now = self._clock()
             decision = collect_batch(self._queue, now, self.policy)
@@ -256,8 +259,7 @@ class Batcher:
     async def _dispatch(
         self, batch: list[Pending], started: float, job: Future[Ran] | None = None
     ) -> None:
-        """Run `batch` (or await `job`: its run, which the worker already started) and answer
-        it."""
+        """Run `batch` (or await `job`, its run the worker already started) and answer it."""
         rows = 0
         waits = []
         requests = []
@@ -305,8 +307,7 @@ class Batcher:
         self, requests: list[Arrays], rows: int, outputs: Sequence[str] | None,
         job: Future[Ran] | None = None,
     ) -> tuple[list[Arrays], bool, float]:
-        """Each request's outputs, whether the run was inline, and its seconds. `job`: the run,
-        when the worker already started it."""
+        """Each request's outputs, whether it ran inline, its seconds; `job`: a run begun."""
         instance = self._instance
         started = time.perf_counter()
         try:
@@ -319,14 +320,16 @@ class Batcher:
                         self._events.publish(InlineDisabled(
                             self.model, "a run on the event loop took over "
                             f"{self._inline.abort_run * 1000:g} ms"))
-            if job is None:
+            if job is None and self._runs_long and (len(requests) > 1 or self._queue):
                 begun = threading.Lock()
                 begun.acquire()
                 job = self._worker.submit(self._work, requests, outputs, begun)
                 begun.acquire(timeout=HANDOFF_WAIT)  # lets the worker take the GIL; see above
-            ran = await asyncio.wrap_future(job)
-            self._inline.observe(ran.seconds, rows)
-            return ran.parts, False, ran.seconds
+            elif job is None:
+                job = self._worker.submit(self._work, requests, outputs)
+            parts, seconds = await asyncio.wrap_future(job)
+            self._inline.observe(seconds, rows)
+            return parts, False, seconds
         except Unsplittable:
             self._hooks.unsplittable(
                 "an output's first dimension does not follow the batch's rows; "
@@ -343,23 +346,29 @@ class Batcher:
         self, requests: Sequence[Arrays], outputs: Sequence[str] | None,
         begun: threading.Lock | None = None,
     ) -> Ran:
-        """On the worker thread: one run, then on to the next batch if one is ready."""
+        """On the worker thread: one run, then, after a long one, on to the next due batch."""
         if begun is not None:
             begun.release()
         started = time.perf_counter()
+        cpu = time.thread_time()
         parts = self._instance.run_batch_blocking(requests, outputs)
         seconds = time.perf_counter() - started
+        long_run = self._long_run
+        if long_run is None:
+            long_run = sys.getswitchinterval() * LONG_RUN
+        self._runs_long = time.thread_time() - cpu >= long_run
+        if not self._runs_long:
+            return parts, seconds
         try:
             self._take()
         except Exception as exc:  # the run is good; what is still queued waits for the loop
             log_event("batch_take_failed", logging.ERROR, model=self.model,
                       error=describe_exception(exc))
-        return Ran(parts, seconds)
+        return parts, seconds
 
     def _take(self) -> None:
-        """On the worker thread, after a good run: take the batch `collect_batch` would dispatch
-        now, if any, and submit its run behind this one. What expired or was dropped is left to
-        the loop, and so is a batch that should wait for company."""
+        """On the worker thread: take the batch `collect_batch` would dispatch now, if any, and
+        submit its run. Expired, dropped, and batches waiting for company are left to the loop."""
         with self._lock:
             if self._closed:
                 return
