@@ -121,6 +121,17 @@ def write_image_mean(path: Path, image: Sequence[int] = IMAGE_SHAPE) -> Path:
     return _save(graph, path)
 
 
+def write_null64_daemon(folder: Path) -> Path:
+    """``null-64.onnx`` and a ``models.toml`` serving it (preloaded, one intra-op thread, never
+    idle) in ``folder``; returns the config's path. The daemon side of the two floor benches."""
+    write_null(folder / "null-64.onnx", 64)
+    config = folder / "models.toml"
+    config.write_text('[server]\nidle_timeout = "never"\n\n[[models]]\nname = "null-64"\n'
+                      'path = "null-64.onnx"\npreload = true\nintra_op_threads = 1\n',
+                      encoding="utf-8")
+    return config
+
+
 def write_null(path: Path, width: int) -> Path:
     """``x`` FP32 [batch, width] -> Relu -> ``y`` FP32 [batch, width]: the cheapest model with
     the same input and output sizes as a real one."""

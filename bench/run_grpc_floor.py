@@ -32,7 +32,7 @@ from harness import (
     write_body,
     wrk_point,
 )
-from models import write_null
+from models import write_null64_daemon
 
 BENCH = Path(__file__).resolve().parent
 SERVICER = '''
@@ -59,16 +59,6 @@ async def main():
 
 uvloop.run(main())
 '''
-CONFIG = """\
-[server]
-idle_timeout = "never"
-
-[[models]]
-name = "null-64"
-path = "null-64.onnx"
-preload = true
-intra_op_threads = 1
-"""
 
 
 def grpc_run(target: str, concurrency: int, seconds: float) -> dict[str, float]:
@@ -92,8 +82,7 @@ def main() -> None:
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        write_null(folder / "null-64.onnx", 64)
-        (folder / "models.toml").write_text(CONFIG)
+        write_null64_daemon(folder)
         body = folder / "body.json"
         write_body(body, random_rows(1, 64))
         (folder / "servicer.py").write_text(SERVICER)

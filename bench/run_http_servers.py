@@ -43,7 +43,7 @@ from harness import (
     write_body,
     wrk_point,
 )
-from models import write_null
+from models import write_null64_daemon
 
 GRANIAN = "granian==2.8.7"
 APP = '''
@@ -65,16 +65,6 @@ async def app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": ANSWER})
 '''
-CONFIG = """\
-[server]
-idle_timeout = "never"
-
-[[models]]
-name = "null-64"
-path = "null-64.onnx"
-preload = true
-intra_op_threads = 1
-"""
 PATH = "/v2/models/null-64/infer"
 
 
@@ -131,8 +121,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "app.py").write_text(APP)
-        write_null(folder / "null-64.onnx", 64)
-        (folder / "models.toml").write_text(CONFIG)
+        write_null64_daemon(folder)
         body = folder / "body.json"
         write_body(body, random_rows(1, 64))
         daemon = Daemon(sys.executable, folder / "models.toml")
