@@ -19,7 +19,8 @@ import pytest
 from onnx_models import write_mlp, write_run_failure_model
 
 from snoozeml.config import ModelConfig
-from snoozeml.engine.batcher import Batcher, BatcherHooks, RunTimes
+from snoozeml.engine.batcher import Batcher
+from snoozeml.engine.batchhooks import BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy
 from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
 from snoozeml.errors import BackendError, InvalidInput

@@ -27,10 +27,11 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
+from snoozeml.engine.batchhooks import BatcherHooks
 from snoozeml.engine.batching import Arrays, BatchPolicy, Pending, batch_key, collect_batch
 from snoozeml.engine.events import (
     BatchRun,
@@ -54,39 +55,11 @@ from snoozeml.errors import (
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Instance, Unsplittable
 
-OomRelief = Callable[[BaseException], Awaitable[object]]
-
 # How long the loop waits for an idle worker to begin a batch it was handed: a thread wake-up
 # (tens of microseconds) with room to spare; past it the loop goes on without.
 HANDOFF_WAIT = 0.002
 # A run is long from this fraction of the switch interval (a GIL wait's bound) in CPU time.
 LONG_RUN = 0.1
-
-
-@dataclass(slots=True)
-class RunTimes:
-    """The model's batch run times over its life (all replicas, all loads): Retry-After's base."""
-
-    total: float = 0.0
-    count: int = 0
-
-    def record(self, seconds: float) -> None:
-        self.total += seconds
-        self.count += 1
-
-    def mean(self, default: float = 0.01) -> float:
-        return self.total / self.count if self.count else default
-
-
-@dataclass(frozen=True, slots=True)
-class BatcherHooks:
-    """What a batcher needs from the replica set that owns it."""
-
-    is_out_of_memory: Callable[[BaseException], bool]
-    relieve_oom: OomRelief  # evict idle models after an out-of-memory error
-    unsplittable: Callable[[str], None]  # outputs do not follow the batch: stop batching
-    run_times: RunTimes  # the model's, shared by its batchers
-    batch_ran: Callable[[int, int], None]  # (replica, rows) after a good run of rows > 1
 
 
 Ran = tuple[list[Arrays], float]  # a run on the worker: each request's outputs, its seconds

@@ -25,7 +25,8 @@ from functools import partial
 
 from snoozeml.config import ModelConfig
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.batcher import Batcher, BatcherHooks, RunTimes
+from snoozeml.engine.batcher import Batcher
+from snoozeml.engine.batchhooks import BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy, batching_blocker
 from snoozeml.engine.clock import Clock
 from snoozeml.engine.deadline import ModelFiles
