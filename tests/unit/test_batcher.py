@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,6 +24,7 @@ from snoozeml.engine.batcher import Batcher
 from snoozeml.engine.batchhooks import BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy
 from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
+from snoozeml.engine.gil import FAST_SWITCH
 from snoozeml.errors import BackendError, InvalidInput
 from snoozeml.errors import QueueFull as QueueFullError
 from snoozeml.runtime.base import Instance
@@ -322,3 +324,47 @@ def test_a_failure_while_answering_a_batch_the_worker_took_does_not_stall_the_qu
                           long_run=0.0)
     assert isinstance(answer, dict)
     assert answer["y"].shape == (1, 2)
+
+
+class Intervals:
+    """A real instance that records the interpreter's switch interval during each run."""
+
+    def __init__(self, inner: Instance) -> None:
+        self.inner = inner
+        self.seen: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def run_batch_blocking(self, requests: Any, outputs: Any) -> Any:
+        self.seen.append(sys.getswitchinterval())
+        return self.inner.run_batch_blocking(requests, outputs)
+
+
+@pytest.mark.parametrize(("long_run", "shortened"), [(0.0, True), (float("inf"), False)])
+def test_a_model_with_long_runs_runs_with_a_short_switch_interval(
+    tmp_path: Path, long_run: float, shortened: bool
+) -> None:
+    # A long run's worker must get the GIL back soon after onnxruntime lets it go, so its runs
+    # (from the second: the first tells whether they are long) run on a short interval. A
+    # model with short runs leaves the process's interval alone; both give it back after.
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        recorder = Intervals(instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))))
+
+        async def body(batcher: Batcher, bus: EventBus) -> float:
+            for _ in range(3):
+                await batcher.submit({"x": np.ones((1, 4), np.float32)}, None)
+            return sys.getswitchinterval()
+
+        after = with_batcher(recorder, BatchPolicy(max_batch_size=32), body, long_run=long_run)
+    finally:
+        sys.setswitchinterval(before)
+    fast = pytest.approx(FAST_SWITCH)
+    if shortened:
+        assert recorder.seen[0] == pytest.approx(0.005)
+        assert recorder.seen[1:] == [fast, fast]
+    else:
+        assert recorder.seen == [pytest.approx(0.005)] * 3
+    assert after == pytest.approx(0.005)

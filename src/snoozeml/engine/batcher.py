@@ -9,7 +9,9 @@ After a long run (CPU time at least a tenth of the GIL switch interval) the work
 `collect_batch` itself, under a lock shared with the loop, and starts the due batch at once while
 the loop answers the one before; and the loop, handing such a model's batch to an idle worker
 under load, waits (at most 2 ms) for it to begin, so a busy loop does not keep the GIL from it
-for a switch interval. Why, and what it measured: docs/batching.md, "The hand-off".
+for a switch interval; and while such a run is in flight the switch interval is short
+(engine/gil.py), so the worker gets the GIL back soon after it. Why, and what it measured:
+docs/batching.md, "The hand-off".
 
 Invariants:
 - A request is answered exactly once: with its outputs, its own error, or a queue timeout.
@@ -23,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import threading
 import time
 from collections import deque
@@ -43,6 +44,7 @@ from snoozeml.engine.events import (
 from snoozeml.engine.events import (
     QueueFull as QueueFullEvent,
 )
+from snoozeml.engine.gil import SWITCH
 from snoozeml.engine.inline import InlinePolicy
 from snoozeml.errors import (
     BackendError,
@@ -324,11 +326,12 @@ class Batcher:
             begun.release()
         started = time.perf_counter()
         cpu = time.thread_time()
-        parts = self._instance.run_batch_blocking(requests, outputs)
+        with SWITCH.fast() if self._runs_long else contextlib.nullcontext():
+            parts = self._instance.run_batch_blocking(requests, outputs)
         seconds = time.perf_counter() - started
         long_run = self._long_run
         if long_run is None:
-            long_run = sys.getswitchinterval() * LONG_RUN
+            long_run = SWITCH.base() * LONG_RUN
         self._runs_long = time.thread_time() - cpu >= long_run
         if not self._runs_long:
             return parts, seconds

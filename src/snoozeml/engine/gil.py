@@ -1,0 +1,68 @@
+"""The interpreter's switch interval, shortened while a model's long run is in flight.
+
+A thread that wants the GIL while another holds it may ask the holder to let go only after the
+switch interval (`sys.getswitchinterval()`, 5 ms by default). onnxruntime and torch release the
+GIL while they compute; a model's worker coming back from a run needs it again to split the
+outputs and start the next batch, and under load the event loop, decoding and answering, holds
+it. So the worker sat idle for up to 5 ms after each run. While at least one long run is in
+flight, `SwitchInterval.fast()` lowers the interval to at most `FAST_SWITCH`; when the last one
+ends, the interval the process had is back. A process serving only short runs (where the event
+loop is the bottleneck and extra switches would only cost it) never sees a change.
+
+Invariants:
+- The interval is lowered exactly while the count of fast regions in flight is above zero.
+- `base()` is the interval outside those regions: what the process (or its user) chose.
+- Someone else's `sys.setswitchinterval` inside a region is kept: it is not overwritten at the
+  end, and it is the new base.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# A worker waits at most this long for the GIL after a long run; measured in docs/batching.md,
+# "The hand-off": 1 ms served the 512-wide MLP 1.1-1.3x, and short runs never pay for it.
+FAST_SWITCH = 0.001
+
+
+class SwitchInterval:
+    """A count of the long runs in flight, and the interval to go back to."""
+
+    def __init__(self, fast: float = FAST_SWITCH) -> None:
+        self._fast = fast
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._base = 0.0  # the interval to restore; read while a region is in flight
+        self._set = 0.0  # the interval this set, to tell it from someone else's
+
+    def base(self) -> float:
+        """The switch interval outside fast regions."""
+        with self._lock:
+            return self._base if self._in_flight else sys.getswitchinterval()
+
+    @contextmanager
+    def fast(self) -> Iterator[None]:
+        """A region (a long run on a worker thread) during which the interval is short."""
+        with self._lock:
+            if self._in_flight == 0:
+                self._base = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._base, self._fast))
+                self._set = sys.getswitchinterval()  # as stored: whole microseconds
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                now = sys.getswitchinterval()
+                if self._in_flight == 0 and now == self._set:
+                    sys.setswitchinterval(self._base)
+                elif now != self._set:  # someone else set it: theirs is the base now
+                    self._base = self._set = now
+
+
+# The interval is the process's, so there is one count for it.
+SWITCH = SwitchInterval()
