@@ -327,10 +327,12 @@ def test_a_failure_while_answering_a_batch_the_worker_took_does_not_stall_the_qu
 
 
 class Intervals:
-    """A real instance that records the interpreter's switch interval during each run."""
+    """A real instance that records the interpreter's switch interval during each run, and
+    spends `off_cpu` seconds of each run off the CPU, as a worker kept from the GIL does."""
 
-    def __init__(self, inner: Instance) -> None:
+    def __init__(self, inner: Instance, off_cpu: float) -> None:
         self.inner = inner
+        self.off_cpu = off_cpu
         self.seen: list[float] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -338,20 +340,22 @@ class Intervals:
 
     def run_batch_blocking(self, requests: Any, outputs: Any) -> Any:
         self.seen.append(sys.getswitchinterval())
+        threading.Event().wait(self.off_cpu)  # blocked, not a synchronisation
         return self.inner.run_batch_blocking(requests, outputs)
 
 
-@pytest.mark.parametrize(("long_run", "shortened"), [(0.0, True), (float("inf"), False)])
-def test_a_model_with_long_runs_runs_with_a_short_switch_interval(
+@pytest.mark.parametrize(("long_run", "shortened"), [(1e-6, True), (float("inf"), False)])
+def test_a_worker_kept_waiting_by_long_runs_runs_with_a_short_switch_interval(
     tmp_path: Path, long_run: float, shortened: bool
 ) -> None:
-    # A long run's worker must get the GIL back soon after onnxruntime lets it go, so its runs
-    # (from the second: the first tells whether they are long) run on a short interval. A
+    # A worker whose long runs spend as long again off the CPU (waiting for the GIL) must get
+    # it back soon, so its runs (from the second: the first tells) run on a short interval. A
     # model with short runs leaves the process's interval alone; both give it back after.
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     try:
-        recorder = Intervals(instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))))
+        inner = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+        recorder = Intervals(inner, off_cpu=0.002)
 
         async def body(batcher: Batcher, bus: EventBus) -> float:
             for _ in range(3):

@@ -9,9 +9,9 @@ After a long run (CPU time at least a tenth of the GIL switch interval) the work
 `collect_batch` itself, under a lock shared with the loop, and starts the due batch at once while
 the loop answers the one before; and the loop, handing such a model's batch to an idle worker
 under load, waits (at most 2 ms) for it to begin, so a busy loop does not keep the GIL from it
-for a switch interval; and while such a run is in flight the switch interval is short
-(engine/gil.py), so the worker gets the GIL back soon after it. Why, and what it measured:
-docs/batching.md, "The hand-off".
+for a switch interval; and when such runs also spend as long again off the CPU (the worker
+waits for the GIL), the switch interval is short while they are in flight (engine/gil.py).
+Why, and what it measured: docs/batching.md, "The hand-off".
 
 Invariants:
 - A request is answered exactly once: with its outputs, its own error, or a queue timeout.
@@ -44,7 +44,7 @@ from snoozeml.engine.events import (
 from snoozeml.engine.events import (
     QueueFull as QueueFullEvent,
 )
-from snoozeml.engine.gil import SWITCH
+from snoozeml.engine.gil import SWITCH, kept_waiting
 from snoozeml.engine.inline import InlinePolicy
 from snoozeml.errors import (
     BackendError,
@@ -99,6 +99,7 @@ class Batcher:
         self._clock = clock
         self._long_run = long_run
         self._runs_long = False  # the last run on the worker was long; set by the worker
+        self._kept_waiting = False  # and spent as long again off the CPU; set by the worker
         self._inline = InlinePolicy()
         self._queue: deque[Pending] = deque()
         # The queue, the batches the worker took and `_closed` are shared with the worker thread.
@@ -326,13 +327,15 @@ class Batcher:
             begun.release()
         started = time.perf_counter()
         cpu = time.thread_time()
-        with SWITCH.fast() if self._runs_long else contextlib.nullcontext():
+        with SWITCH.fast() if self._kept_waiting else contextlib.nullcontext():
             parts = self._instance.run_batch_blocking(requests, outputs)
+        cpu = time.thread_time() - cpu  # read first: the CPU time lies within the wall time
         seconds = time.perf_counter() - started
         long_run = self._long_run
         if long_run is None:
             long_run = SWITCH.base() * LONG_RUN
-        self._runs_long = time.thread_time() - cpu >= long_run
+        self._runs_long = cpu >= long_run
+        self._kept_waiting = kept_waiting(cpu, seconds, long_run)
         if not self._runs_long:
             return parts, seconds
         try:

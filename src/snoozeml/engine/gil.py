@@ -4,10 +4,15 @@ A thread that wants the GIL while another holds it may ask the holder to let go 
 switch interval (`sys.getswitchinterval()`, 5 ms by default). onnxruntime and torch release the
 GIL while they compute; a model's worker coming back from a run needs it again to split the
 outputs and start the next batch, and under load the event loop, decoding and answering, holds
-it. So the worker sat idle for up to 5 ms after each run. While at least one long run is in
+it. So the worker sat idle for up to 5 ms after each run. While at least one such run is in
 flight, `SwitchInterval.fast()` lowers the interval to at most `FAST_SWITCH`; when the last one
-ends, the interval the process had is back. A process serving only short runs (where the event
-loop is the bottleneck and extra switches would only cost it) never sees a change.
+ends, the interval the process had is back.
+
+Only a worker that is kept waiting asks for it (`kept_waiting`): its last run was long and spent
+as long again off the CPU. Where the event loop is mostly idle the worker seldom waits, and
+extra forced switches only cost: the worker's runs took 6% more CPU and the model served 10-17%
+less in bench/run_replicas.py (batching off) with the interval short for every long run. A
+process serving only short runs (where the event loop is the bottleneck) never sees a change.
 
 Invariants:
 - The interval is lowered exactly while the count of fast regions in flight is above zero.
@@ -23,9 +28,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# A worker waits at most this long for the GIL after a long run; measured in docs/batching.md,
-# "The hand-off": 1 ms served the 512-wide MLP 1.1-1.3x, and short runs never pay for it.
+# A worker kept waiting waits at most this long for the GIL; measured in bench/results.md,
+# issue 19's fifth step.
 FAST_SWITCH = 0.001
+
+
+def kept_waiting(cpu: float, wall: float, long_run: float) -> bool:
+    """Whether a run of `cpu` seconds on the CPU in `wall` seconds was long (`long_run` or more)
+    and spent as long again off it: waiting for the GIL, or for a core."""
+    return cpu >= long_run and wall - cpu >= long_run
 
 
 class SwitchInterval:
