@@ -1,4 +1,4 @@
-"""The interpreter's switch interval, shortened while a model's long run is in flight.
+"""The interpreter's switch interval, shortened while a worker that is kept waiting runs.
 
 A thread that wants the GIL while another holds it may ask the holder to let go only after the
 switch interval (`sys.getswitchinterval()`, 5 ms by default). onnxruntime and torch release the
@@ -40,7 +40,7 @@ def kept_waiting(cpu: float, wall: float, long_run: float) -> bool:
 
 
 class SwitchInterval:
-    """A count of the long runs in flight, and the interval to go back to."""
+    """A count of the fast regions in flight, and the interval to go back to."""
 
     def __init__(self, fast: float = FAST_SWITCH) -> None:
         self._fast = fast
@@ -56,7 +56,7 @@ class SwitchInterval:
 
     @contextmanager
     def fast(self) -> Iterator[None]:
-        """A region (a long run on a worker thread) during which the interval is short."""
+        """A region (a run of a worker kept waiting) during which the interval is short."""
         with self._lock:
             if self._in_flight == 0:
                 self._base = sys.getswitchinterval()
