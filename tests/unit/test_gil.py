@@ -81,8 +81,10 @@ def test_a_failing_region_still_gives_the_interval_back() -> None:
         assert sys.getswitchinterval() == pytest.approx(0.001)
 
 
-def test_only_a_long_run_that_spent_as_long_again_off_the_cpu_asks_for_a_short_interval() -> None:
-    long_run = 0.0005
-    assert kept_waiting(cpu=0.005, wall=0.007, long_run=long_run)  # a batch kept from the GIL
-    assert not kept_waiting(cpu=0.005, wall=0.0051, long_run=long_run)  # the loop was idle
-    assert not kept_waiting(cpu=0.0001, wall=0.003, long_run=long_run)  # a short run
+def test_only_a_long_run_kept_off_the_cpu_past_the_short_interval_asks_for_it() -> None:
+    long_run, short = 0.0005, 0.001
+    assert kept_waiting(cpu=0.005, wall=0.007, long_run=long_run, short=short)  # kept waiting
+    assert not kept_waiting(cpu=0.005, wall=0.0055, long_run=long_run, short=short)  # 0.5 ms:
+    # a wait the short interval cannot cut
+    assert not kept_waiting(cpu=0.005, wall=0.0051, long_run=long_run, short=short)  # idle loop
+    assert not kept_waiting(cpu=0.0001, wall=0.003, long_run=long_run, short=short)  # short run

@@ -44,7 +44,7 @@ from snoozeml.engine.events import (
 from snoozeml.engine.events import (
     QueueFull as QueueFullEvent,
 )
-from snoozeml.engine.gil import SWITCH, kept_waiting
+from snoozeml.engine.gil import SHORT_RUNS, SWITCH, kept_waiting
 from snoozeml.engine.inline import InlinePolicy
 from snoozeml.errors import (
     BackendError,
@@ -99,7 +99,7 @@ class Batcher:
         self._clock = clock
         self._long_run = long_run
         self._runs_long = False  # the last run on the worker was long; set by the worker
-        self._kept_waiting = False  # and spent as long again off the CPU; set by the worker
+        self._short_runs_left = 0  # runs to go on a short switch interval; set by the worker
         self._inline = InlinePolicy()
         self._queue: deque[Pending] = deque()
         # The queue, the batches the worker took and `_closed` are shared with the worker thread.
@@ -327,7 +327,7 @@ class Batcher:
             begun.release()
         started = time.perf_counter()
         cpu = time.thread_time()
-        with SWITCH.fast() if self._kept_waiting else contextlib.nullcontext():
+        with SWITCH.fast() if self._short_runs_left else contextlib.nullcontext():
             parts = self._instance.run_batch_blocking(requests, outputs)
         cpu = time.thread_time() - cpu  # read first: the CPU time lies within the wall time
         seconds = time.perf_counter() - started
@@ -335,7 +335,10 @@ class Batcher:
         if long_run is None:
             long_run = SWITCH.base() * LONG_RUN
         self._runs_long = cpu >= long_run
-        self._kept_waiting = kept_waiting(cpu, seconds, long_run)
+        if kept_waiting(cpu, seconds, long_run):
+            self._short_runs_left = SHORT_RUNS
+        elif self._short_runs_left:
+            self._short_runs_left -= 1
         if not self._runs_long:
             return parts, seconds
         try:

@@ -8,11 +8,12 @@ it. So the worker sat idle for up to 5 ms after each run. While at least one suc
 flight, `SwitchInterval.fast()` lowers the interval to at most `FAST_SWITCH`; when the last one
 ends, the interval the process had is back.
 
-Only a worker that is kept waiting asks for it (`kept_waiting`): its last run was long and spent
-as long again off the CPU. Where the event loop is mostly idle the worker seldom waits, and
-extra forced switches only cost: the worker's runs took 6% more CPU and the model served 10-17%
-less in bench/run_replicas.py (batching off) with the interval short for every long run. A
-process serving only short runs (where the event loop is the bottleneck) never sees a change.
+Only a worker that is kept waiting asks for it (`kept_waiting`): a long run spent at least the
+short interval off the CPU, a wait the short interval can cut. A shorter wait it cannot (the
+forced switch comes only after the interval), and the extra switches only cost: with the
+interval short for every long run, bench/run_replicas.py's batching-off models (the event loop
+mostly idle) served 10-17% less. The worker keeps it for `SHORT_RUNS` runs after its last such
+wait. A process serving only short runs (where the loop is the bottleneck) never sees a change.
 
 Invariants:
 - The interval is lowered exactly while the count of fast regions in flight is above zero.
@@ -31,12 +32,16 @@ from contextlib import contextmanager
 # A worker kept waiting waits at most this long for the GIL; measured in bench/results.md,
 # issue 19's fifth step.
 FAST_SWITCH = 0.001
+# A worker once kept waiting keeps the short interval until this many runs in a row were not:
+# set and reset run by run, it cost the heavy MLP at c16 (waits around the threshold) 6-8%.
+SHORT_RUNS = 16
 
 
-def kept_waiting(cpu: float, wall: float, long_run: float) -> bool:
+def kept_waiting(cpu: float, wall: float, long_run: float, short: float = FAST_SWITCH) -> bool:
     """Whether a run of `cpu` seconds on the CPU in `wall` seconds was long (`long_run` or more)
-    and spent as long again off it: waiting for the GIL, or for a core."""
-    return cpu >= long_run and wall - cpu >= long_run
+    and spent at least the `short` interval off it (waiting for the GIL, or for a core): a wait
+    that the short interval can cut, since a waiting thread may ask for the GIL only after it."""
+    return cpu >= long_run and wall - cpu >= short
 
 
 class SwitchInterval:
