@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
-import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,7 +23,6 @@ from snoozeml.engine.batcher import Batcher
 from snoozeml.engine.batchhooks import BatcherHooks, RunTimes
 from snoozeml.engine.batching import BatchPolicy
 from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
-from snoozeml.engine.gil import FAST_SWITCH
 from snoozeml.errors import BackendError, InvalidInput
 from snoozeml.errors import QueueFull as QueueFullError
 from snoozeml.runtime.base import Instance
@@ -324,54 +322,3 @@ def test_a_failure_while_answering_a_batch_the_worker_took_does_not_stall_the_qu
                           long_run=0.0)
     assert isinstance(answer, dict)
     assert answer["y"].shape == (1, 2)
-
-
-class Intervals:
-    """A real instance that records the interpreter's switch interval during each run, and
-    spends `off_cpu[i]` seconds of run i off the CPU, as a worker kept from the GIL does."""
-
-    def __init__(self, inner: Instance, off_cpu: list[float]) -> None:
-        self.inner = inner
-        self.off_cpu = off_cpu
-        self.seen: list[float] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def run_batch_blocking(self, requests: Any, outputs: Any) -> Any:
-        off_cpu = self.off_cpu[len(self.seen)]
-        self.seen.append(sys.getswitchinterval())
-        if off_cpu:
-            threading.Event().wait(off_cpu)  # blocked, not a synchronisation
-        return self.inner.run_batch_blocking(requests, outputs)
-
-
-@pytest.mark.parametrize(("long_run", "shortened"), [(1e-6, True), (float("inf"), False)])
-def test_a_worker_kept_waiting_by_long_runs_runs_with_a_short_switch_interval(
-    tmp_path: Path, long_run: float, shortened: bool
-) -> None:
-    # A worker whose long run spent more than the short interval off the CPU (waiting for the
-    # GIL) must get it back sooner, so its next runs run on a short interval, and go on doing
-    # so for a while though they did not wait. A model with short runs leaves the process's
-    # interval alone; both give it back after.
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(0.005)
-    try:
-        inner = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
-        recorder = Intervals(inner, off_cpu=[0.002, 0.0, 0.0, 0.0])
-
-        async def body(batcher: Batcher, bus: EventBus) -> float:
-            for _ in range(4):
-                await batcher.submit({"x": np.ones((1, 4), np.float32)}, None)
-            return sys.getswitchinterval()
-
-        after = with_batcher(recorder, BatchPolicy(max_batch_size=32), body, long_run=long_run)
-    finally:
-        sys.setswitchinterval(before)
-    fast = pytest.approx(FAST_SWITCH)
-    if shortened:
-        assert recorder.seen[0] == pytest.approx(0.005)
-        assert recorder.seen[1:] == [fast, fast, fast]
-    else:
-        assert recorder.seen == [pytest.approx(0.005)] * 4
-    assert after == pytest.approx(0.005)

@@ -9,9 +9,7 @@ After a long run (CPU time at least a tenth of the GIL switch interval) the work
 `collect_batch` itself, under a lock shared with the loop, and starts the due batch at once while
 the loop answers the one before; and the loop, handing such a model's batch to an idle worker
 under load, waits (at most 2 ms) for it to begin, so a busy loop does not keep the GIL from it
-for a switch interval; and when such runs also spend as long again off the CPU (the worker
-waits for the GIL), the switch interval is short while they are in flight (engine/gil.py).
-Why, and what it measured: docs/batching.md, "The hand-off".
+for a switch interval. Why, and what it measured: docs/batching.md, "The hand-off".
 
 Invariants:
 - A request is answered exactly once: with its outputs, its own error, or a queue timeout.
@@ -25,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -44,7 +43,6 @@ from snoozeml.engine.events import (
 from snoozeml.engine.events import (
     QueueFull as QueueFullEvent,
 )
-from snoozeml.engine.gil import SHORT_RUNS, SWITCH, kept_waiting
 from snoozeml.engine.inline import InlinePolicy
 from snoozeml.errors import (
     BackendError,
@@ -99,7 +97,6 @@ class Batcher:
         self._clock = clock
         self._long_run = long_run
         self._runs_long = False  # the last run on the worker was long; set by the worker
-        self._short_runs_left = 0  # runs to go on a short switch interval; set by the worker
         self._inline = InlinePolicy()
         self._queue: deque[Pending] = deque()
         # The queue, the batches the worker took and `_closed` are shared with the worker thread.
@@ -327,18 +324,12 @@ class Batcher:
             begun.release()
         started = time.perf_counter()
         cpu = time.thread_time()
-        with SWITCH.fast() if self._short_runs_left else contextlib.nullcontext():
-            parts = self._instance.run_batch_blocking(requests, outputs)
-        cpu = time.thread_time() - cpu  # read first: the CPU time lies within the wall time
+        parts = self._instance.run_batch_blocking(requests, outputs)
         seconds = time.perf_counter() - started
         long_run = self._long_run
         if long_run is None:
-            long_run = SWITCH.base() * LONG_RUN
-        self._runs_long = cpu >= long_run
-        if kept_waiting(cpu, seconds, long_run):
-            self._short_runs_left = SHORT_RUNS
-        elif self._short_runs_left:
-            self._short_runs_left -= 1
+            long_run = sys.getswitchinterval() * LONG_RUN
+        self._runs_long = time.thread_time() - cpu >= long_run
         if not self._runs_long:
             return parts, seconds
         try:
