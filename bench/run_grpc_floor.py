@@ -82,13 +82,13 @@ def main() -> None:
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        write_null64_daemon(folder)
+        config = write_null64_daemon(folder)
         body = folder / "body.json"
         write_body(body, random_rows(1, 64))
         (folder / "servicer.py").write_text(SERVICER)
         empty = subprocess.Popen([sys.executable, str(folder / "servicer.py")],
                                  stdout=subprocess.PIPE, text=True)
-        daemon = Daemon(sys.executable, folder / "models.toml")
+        daemon = Daemon(sys.executable, config)
         try:
             assert empty.stdout is not None
             floor = f"127.0.0.1:{int(empty.stdout.readline())}"

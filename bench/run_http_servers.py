@@ -121,10 +121,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "app.py").write_text(APP)
-        write_null64_daemon(folder)
+        config = write_null64_daemon(folder)
         body = folder / "body.json"
         write_body(body, random_rows(1, 64))
-        daemon = Daemon(sys.executable, folder / "models.toml")
+        daemon = Daemon(sys.executable, config)
         processes: dict[str, subprocess.Popen[bytes]] = {}
         try:
             with httpx.Client(base_url=daemon.base_url) as client:
