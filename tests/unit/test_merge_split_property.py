@@ -9,6 +9,9 @@ integers, so float sums are exact and the comparison can be exact too.
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +21,12 @@ from hypothesis import strategies as st
 
 from snoozeml.engine.batching import batch_key
 from snoozeml.runtime.base import Unsplittable
-from snoozeml.runtime.stacking import merge_inputs, run_stacked_blocking, split_outputs
+from snoozeml.runtime.stacking import (
+    merge_inputs,
+    run_stacked_blocking,
+    split_outputs,
+    stack_rows,
+)
 
 Arrays = dict[str, np.ndarray]
 Schema = dict[str, tuple[np.dtype[np.generic], tuple[int, ...]]]
@@ -197,3 +205,64 @@ def test_scalar_inputs_cannot_be_stacked() -> None:
     with pytest.raises(Unsplittable, match="'n'"):
         run_stacked_blocking(run, requests, None)
     assert run.calls == []
+
+
+# --- stack_rows: the copy that keeps the GIL --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [np.arange(512, dtype=np.float32).reshape(1, 512) + i for i in range(30)],
+        [np.array([[True, False]]), np.array([[False, False], [True, True]])],
+        [np.arange(6, dtype=">i4").reshape(3, 2), np.arange(2, dtype=">i4").reshape(1, 2)],
+        [np.arange(24, dtype=np.float64).reshape(4, 6)[:, ::2], np.ones((1, 3))],  # a strided view
+        [np.array([["a"], ["bc"]], dtype=object), np.array([["déf"]], dtype=object)],
+        [np.array(["ab", "c"]), np.array(["xyz"])],
+        [np.array(["2026-12-01"], dtype="M8[D]"), np.array(["2026-12-02"], dtype="M8[D]")],
+        [np.zeros((0, 4), np.int16), np.zeros((0, 4), np.int16)],
+    ],
+    ids=["float32-rows", "bool", "big-endian", "strided", "strings", "unicode", "dates", "empty"],
+)
+def test_stack_rows_equals_numpy_concatenate(arrays: list[np.ndarray]) -> None:
+    got, want = stack_rows(arrays), np.concatenate(arrays)
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert got.flags.c_contiguous
+    assert got.flags.writeable
+    assert got.flags.aligned
+    assert not any(np.shares_memory(got, a) for a in arrays)  # a copy: requests stay their own
+
+
+def test_stack_rows_keeps_the_gil_while_it_copies() -> None:
+    """numpy's concatenate lets go of the GIL for every row over 500 elements; a worker that
+    lets go waits for the busy event loop to give it back. While stack_rows copies 64 such
+    rows, a thread that wants the GIL all the time must not get it once (the switch interval is
+    raised past the call, so only a release could let it in)."""
+    arrays = [np.full((1, 2048), i, dtype=np.float32) for i in range(64)]
+    turns = [0]
+    stop = threading.Event()
+    started = threading.Event()
+
+    def want_the_gil() -> None:
+        started.set()
+        while not stop.is_set():
+            turns[0] += 1
+            time.sleep(0)  # lets go of the GIL, then waits to take it back
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5.0)
+    rival = threading.Thread(target=want_the_gil, daemon=True)
+    try:
+        rival.start()
+        started.wait()
+        before = turns[0]
+        stacked = stack_rows(arrays)
+        after = turns[0]
+    finally:
+        stop.set()
+        rival.join()
+        sys.setswitchinterval(interval)
+    assert after == before
+    np.testing.assert_array_equal(stacked, np.concatenate(arrays))

@@ -19,7 +19,29 @@ def merge_inputs(batch: Sequence[Arrays]) -> Arrays:
     A batch of one is returned as it is, without a copy."""
     if len(batch) == 1:
         return batch[0]
-    return {name: np.concatenate([inputs[name] for inputs in batch]) for name in batch[0]}
+    return {name: stack_rows([inputs[name] for inputs in batch]) for name in batch[0]}
+
+
+def stack_rows(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """`np.concatenate(arrays)` along axis 0, copied without letting go of the GIL.
+
+    numpy lets go of the GIL for each copy of over 500 elements: stacking 30 one-row requests of
+    512 floats gives it up 30 times, and a worker thread that gives it up waits for the event
+    loop to give it back, up to a switch interval (5 ms) while the loop is busy. Joining the
+    rows' bytes copies them in one call that keeps the GIL (CPython's join lets go of it only
+    past 1 MiB). Strings, non-native byte orders, and rows that are not contiguous alike, go
+    through numpy."""
+    first = arrays[0]
+    dtype, tail = first.dtype, first.shape[1:]
+    if dtype.hasobject or not dtype.isnative or first.ndim == 0 or any(
+        a.dtype != dtype or a.shape[1:] != tail or not a.flags.c_contiguous for a in arrays
+    ):
+        return np.concatenate(arrays)
+    try:
+        joined = bytearray().join(arrays)  # type: ignore[arg-type]  # numpy arrays are buffers
+    except (BufferError, TypeError, ValueError):  # a dtype with no buffer format (datetimes)
+        return np.concatenate(arrays)
+    return np.frombuffer(joined, dtype).reshape(sum(a.shape[0] for a in arrays), *tail)
 
 
 def split_outputs(outputs: Arrays, rows: Sequence[int]) -> list[Arrays]:
