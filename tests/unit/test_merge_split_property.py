@@ -235,6 +235,22 @@ def test_stack_rows_equals_numpy_concatenate(arrays: list[np.ndarray]) -> None:
     assert not any(np.shares_memory(got, a) for a in arrays)  # a copy: requests stay their own
 
 
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [np.ones(3, np.float32), np.float32(1.0).reshape(())],  # a scalar among 1-D rows
+        [np.ones((1, 3), np.float32), np.ones((1, 4), np.float32)],  # rows of different widths
+    ],
+    ids=["scalar", "widths"],
+)
+def test_stack_rows_refuses_what_numpy_refuses(arrays: list[np.ndarray]) -> None:
+    with pytest.raises(ValueError, match="dimension") as numpy_error:
+        np.concatenate(arrays)
+    with pytest.raises(ValueError, match="dimension") as ours:
+        stack_rows(arrays)
+    assert str(ours.value) == str(numpy_error.value)
+
+
 def test_stack_rows_keeps_the_gil_while_it_copies() -> None:
     """numpy's concatenate lets go of the GIL for every row over 500 elements; a worker that
     lets go waits for the busy event loop to give it back. While stack_rows copies 64 such

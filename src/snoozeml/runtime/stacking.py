@@ -34,8 +34,9 @@ def stack_rows(arrays: Sequence[np.ndarray]) -> np.ndarray:
     first = arrays[0]
     dtype, tail = first.dtype, first.shape[1:]
     if dtype.hasobject or not dtype.isnative or first.ndim == 0 or any(
-        a.dtype != dtype or a.shape[1:] != tail or not a.flags.c_contiguous for a in arrays
-    ):
+        a.dtype != dtype or a.ndim != first.ndim or a.shape[1:] != tail
+        or not a.flags.c_contiguous for a in arrays
+    ):  # numpy promotes, or refuses (a scalar among rows), as before
         return np.concatenate(arrays)
     try:
         joined = bytearray().join(arrays)  # type: ignore[arg-type]  # numpy arrays are buffers
