@@ -387,12 +387,18 @@ def group_of(frames: Sequence[str]) -> str:
     return "other (interpreter, libc)"
 
 
+def find_py_spy(args: argparse.Namespace) -> str | None:
+    """py-spy on PATH or next to the benchmark's Python (bench/setup.sh installs it there)."""
+    found = shutil.which("py-spy") or str(Path(args.python).parent / "py-spy")
+    return found if Path(found).exists() else None
+
+
 def profile(
     daemon: Daemon, args: argparse.Namespace, bodies: Bodies, workdir: Path
 ) -> dict[str, Any]:
     """py-spy on the daemon while wrk serves the profile case; samples by thread and group."""
-    py_spy = shutil.which("py-spy") or str(Path(args.python).parent / "py-spy")
-    if not Path(py_spy).exists():
+    py_spy = find_py_spy(args)
+    if py_spy is None:
         raise RuntimeError("py-spy not found; run: bash bench/setup.sh")
     kind, width, encoding, concurrency = PROFILE_CASE
     name = model_name(kind, width)
@@ -662,6 +668,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk not found; run: bash bench/setup.sh", file=sys.stderr)
+        return 2
+    if args.profile and find_py_spy(args) is None:  # checked now, not after the whole run
+        print("py-spy not found; run: bash bench/setup.sh (or pass --no-profile)", file=sys.stderr)
         return 2
     machine = machine_line()
     with tempfile.TemporaryDirectory(prefix="snooze-bench-") as tmp:
