@@ -221,8 +221,10 @@ def test_scalar_inputs_cannot_be_stacked() -> None:
         [np.array(["ab", "c"]), np.array(["xyz"])],
         [np.array(["2026-12-01"], dtype="M8[D]"), np.array(["2026-12-02"], dtype="M8[D]")],
         [np.zeros((0, 4), np.int16), np.zeros((0, 4), np.int16)],
+        [np.zeros((2, 1), np.dtype([])), np.zeros((1, 1), np.dtype([]))],  # items of zero bytes
     ],
-    ids=["float32-rows", "bool", "big-endian", "strided", "strings", "unicode", "dates", "empty"],
+    ids=["float32-rows", "bool", "big-endian", "strided", "strings", "unicode", "dates", "empty",
+         "zero-itemsize"],
 )
 def test_stack_rows_equals_numpy_concatenate(arrays: list[np.ndarray]) -> None:
     got, want = stack_rows(arrays), np.concatenate(arrays)

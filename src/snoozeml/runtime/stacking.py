@@ -40,9 +40,9 @@ def stack_rows(arrays: Sequence[np.ndarray]) -> np.ndarray:
         return np.concatenate(arrays)
     try:
         joined = bytearray().join(arrays)  # type: ignore[arg-type]  # numpy arrays are buffers
-    except (BufferError, TypeError, ValueError):  # a dtype with no buffer format (datetimes)
+        return np.frombuffer(joined, dtype).reshape(sum(a.shape[0] for a in arrays), *tail)
+    except (BufferError, TypeError, ValueError):  # no buffer format (datetimes), zero itemsize
         return np.concatenate(arrays)
-    return np.frombuffer(joined, dtype).reshape(sum(a.shape[0] for a in arrays), *tail)
 
 
 def split_outputs(outputs: Arrays, rows: Sequence[int]) -> list[Arrays]:
