@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from snoozeml.cli.main import build_parser
-from snoozeml.config import ServerConfig, load_config
+from snoozeml.config.settings import ServerConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

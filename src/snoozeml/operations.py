@@ -1,8 +1,9 @@
 """Every public operation of the daemon, named once, with the HTTP routes and gRPC methods that
 reach it.
 
-This table is the one place where the transports' surfaces meet: `api/rest.py` and
-`api/fastpath.py` serve exactly the HTTP routes listed here, `api/grpc.py` tags each RPC with
+This table is the one place where the transports' surfaces meet: `api/http/rest.py` and
+`api/http/fastpath.py` serve exactly the HTTP routes listed here, `api/grpc/service.py` tags each
+RPC with
 its operation, and a test fails when a route or an RPC exists without an entry (or an entry
 without its route). Whatever applies per operation (the access an operation needs, the
 `operation` label of request metrics, the request log) hooks onto `Operation`, never onto a
@@ -36,7 +37,7 @@ class Operation(StrEnum):
     OPENAPI = "openapi"  # the OpenAPI document of the HTTP API
     EMBEDDINGS = "embeddings"  # OpenAI's POST /v1/embeddings
     OPENAI_MODELS = "openai_models"  # OpenAI's model list, of the models that embed
-    # KServe ModelMesh's model-runtime SPI, on its own port (api/modelmesh.py)
+    # KServe ModelMesh's model-runtime SPI, on its own port (api/grpc/modelmesh.py)
     MODELMESH_LOAD = "modelmesh_load"
     MODELMESH_UNLOAD = "modelmesh_unload"
     MODELMESH_PREDICT_SIZE = "modelmesh_predict_size"
@@ -113,7 +114,7 @@ OPERATIONS: Mapping[Operation, OperationSpec] = {
         ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",)),
     Operation.MODEL_STATS: OperationSpec(
         Access.READ, True,
-        # Before `/v2/models/{name}` in routing: api/rest.py registers literal paths first.
+        # Before `/v2/models/{name}` in routing: api/http/rest.py registers literal paths first.
         _get("/v2/models/stats", "/v2/models/{name}/stats", _VERSIONED + "/stats"),
         (_OIP + "ModelStatistics",)),
     Operation.METRICS: OperationSpec(Access.READ, False, _get("/metrics")),

@@ -20,18 +20,18 @@ import grpc
 import uvicorn
 
 from snoozeml.api.boundary import RequestBoundary
-from snoozeml.api.fastpath import InferenceRoute
-from snoozeml.api.grpc_server import create_grpc_server
-from snoozeml.api.http_limits import HttpLimits, limited_protocol
-from snoozeml.api.metrics import Metrics
-from snoozeml.api.modelmesh import create_modelmesh_server
-from snoozeml.api.rest import create_app
-from snoozeml.auth import Authenticator
-from snoozeml.config import Config
-from snoozeml.engine.eventlog import subscribe_logs
+from snoozeml.api.grpc.modelmesh import create_modelmesh_server
+from snoozeml.api.grpc.server import create_grpc_server
+from snoozeml.api.http.fastpath import InferenceRoute
+from snoozeml.api.http.protocol import HttpLimits, limited_protocol
+from snoozeml.api.http.rest import create_app
+from snoozeml.api.metrics.prometheus import Metrics
+from snoozeml.auth.authenticator import Authenticator
+from snoozeml.config.settings import Config
 from snoozeml.engine.events import EventBus
-from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.modelmesh import MeshRuntime
+from snoozeml.engine.observe.log_lines import subscribe_logs
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
 from snoozeml.logs import log_event
 

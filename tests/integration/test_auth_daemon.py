@@ -2,7 +2,8 @@
 
 Every operation of the operation table is called over every route and RPC that reaches it, by
 every role and by nobody, with API keys and with JWTs; each answer must be what the role table
-(auth.py) says. Then the refusals: each bad credential on both transports; then auth off,
+(auth/authenticator.py) says. Then the refusals: each bad credential on both transports; then auth
+off,
 where everything stays open; then real clients (tritonclient) passing headers.
 """
 
@@ -33,7 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from onnx_models import write_mlp
 
-from snoozeml.auth import required_role
+from snoozeml.auth.authenticator import required_role
 from snoozeml.operations import OPERATIONS, Operation
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc

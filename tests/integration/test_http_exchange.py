@@ -1,5 +1,5 @@
 """Inference over raw HTTP/1.1, as the daemon's protocol serves it without an ASGI cycle
-(api/http_exchange.py): pipelined requests, `Expect: 100-continue`, HTTP/1.0 and
+(api/http/exchange.py): pipelined requests, `Expect: 100-continue`, HTTP/1.0 and
 `Connection: close`, chunked and percent-encoded requests, an early answer that keeps the
 connection, and a client that leaves halfway through its body. Every answer is checked against
 onnxruntime run here."""

@@ -359,8 +359,8 @@ def test_a_bad_input_is_invalid_argument_naming_the_tensor_then_the_client_works
 
 
 @pytest.mark.parametrize(("first", "second"), [
-    ("tritonclient.grpc", "snoozeml.api.grpc"),
-    ("snoozeml.api.grpc", "tritonclient.grpc"),
+    ("tritonclient.grpc", "snoozeml.api.grpc.service"),
+    ("snoozeml.api.grpc.service", "tritonclient.grpc"),
 ])
 def test_tritonclient_grpc_and_the_snoozeml_grpc_modules_import_into_one_process(
     first: str, second: str

@@ -1,4 +1,5 @@
-"""The OpenAPI document (src/snoozeml/api/openapi.py) against the daemon it describes: exactly the
+"""The OpenAPI document (src/snoozeml/api/openapi/document.py) against the daemon it describes:
+exactly the
 HTTP routes of the operation table, both ways (a GET route is a GET and a HEAD operation),
 each operation under its table name; a valid OpenAPI 3.0 document that schemathesis loads
 whole; every error answer the error body; and served, as built, at /openapi.json.
@@ -17,7 +18,7 @@ from daemon import Daemon
 from openapi_spec_validator import validate
 from schemathesis.core.result import Err
 
-from snoozeml.api.openapi import document
+from snoozeml.api.openapi.document import document
 from snoozeml.operations import OPERATIONS, Operation
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options", "trace")

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from onnx_models import write_corrupt_model, write_mlp
 
-from snoozeml.config import parse_config
+from snoozeml.config.settings import parse_config
 from snoozeml.engine.events import EngineEvent, RequestFinished
 from snoozeml.operations import Operation
 from snoozeml.proto import inference_pb2 as pb

@@ -12,11 +12,11 @@ from typing import TypeVar
 import pytest
 from onnx_models import write_mlp
 
-from snoozeml.config import parse_config
+from snoozeml.config.settings import parse_config
 from snoozeml.engine.added import AddedModels
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.modelmesh import MeshRuntime
+from snoozeml.engine.registry import ModelManager
 from snoozeml.errors import InvalidInput, ModelNotFound
 
 T = TypeVar("T")

@@ -52,9 +52,9 @@ def under(name: str, *prefixes: str) -> bool:
 
 
 FOUNDATION = ("snoozeml.errors", "snoozeml.units", "snoozeml.logs", "snoozeml.datatypes",
-              "snoozeml.operations", "snoozeml.heap", "snoozeml.config",
-              "snoozeml.config_lines", "snoozeml.config_auth", "snoozeml.auth",
-              "snoozeml.auth_keys")
+              "snoozeml.operations", "snoozeml.heap", "snoozeml.config.settings",
+              "snoozeml.config.lines", "snoozeml.config.auth", "snoozeml.auth.authenticator",
+              "snoozeml.auth.credentials")
 # What each layer must not import.
 RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (FOUNDATION, ("snoozeml.runtime", "snoozeml.engine", "snoozeml.api", "snoozeml.server",

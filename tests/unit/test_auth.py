@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from snoozeml.auth import (
+from snoozeml.auth.authenticator import (
     MAX_CREDENTIAL_BYTES,
     REQUIRED_ROLE,
     Authenticator,
@@ -27,8 +27,8 @@ from snoozeml.auth import (
     Unauthenticated,
     required_role,
 )
-from snoozeml.config import parse_config
-from snoozeml.config_auth import ROLES, ApiKeyConfig, AuthConfig, JwtConfig
+from snoozeml.config.auth import ROLES, ApiKeyConfig, AuthConfig, JwtConfig
+from snoozeml.config.settings import parse_config
 from snoozeml.errors import ConfigError
 from snoozeml.operations import OPERATIONS, Access, Operation
 

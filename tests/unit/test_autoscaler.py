@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from snoozeml.config import ReplicasConfig
-from snoozeml.engine.autoscaler import LoadWindow, ScalePolicy, ScaleStats, desired_replicas
+from snoozeml.config.settings import ReplicasConfig
+from snoozeml.engine.replicas.autoscaler import (
+    LoadWindow,
+    ScalePolicy,
+    ScaleStats,
+    desired_replicas,
+)
 
 POLICY = ScalePolicy(min=0, max=3, target_queue=4.0, scale_up_after=1.0, scale_down_after=30.0)
 NOW = 100.0

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 from onnx_models import write_mlp, write_run_failure_model
 
-from snoozeml.config import ModelConfig
-from snoozeml.engine.batcher import Batcher
-from snoozeml.engine.batchhooks import BatcherHooks, RunTimes
-from snoozeml.engine.batching import BatchPolicy
+from snoozeml.config.settings import ModelConfig
+from snoozeml.engine.batching.hooks import BatcherHooks, RunTimes
+from snoozeml.engine.batching.loop import Batcher
+from snoozeml.engine.batching.policy import BatchPolicy
 from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
 from snoozeml.errors import BackendError, InvalidInput
 from snoozeml.errors import QueueFull as QueueFullError
 from snoozeml.runtime.base import Instance
-from snoozeml.runtime.onnx import OnnxBackend
+from snoozeml.runtime.onnx.backend import OnnxBackend
 
 T = TypeVar("T")
 

@@ -16,10 +16,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from snoozeml.auth import Authenticator, PermissionDenied, Principal, Unauthenticated
+from snoozeml.auth.authenticator import Authenticator, PermissionDenied, Principal, Unauthenticated
 from snoozeml.cli import exit_codes
 from snoozeml.cli.main import main
-from snoozeml.config import load_config
+from snoozeml.config.settings import load_config
 from snoozeml.operations import Operation
 
 SECRET = "a-jwt-secret-for-the-cli-tests-that-is-long-enough-for-hs512-too!"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from snoozeml.datatypes import ModelMetadata, TensorSpec
-from snoozeml.engine.batching import (
+from snoozeml.engine.batching.policy import (
     BatchPolicy,
     Decision,
     Pending,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from snoozeml.config import load_config, parse_config
+from snoozeml.config.settings import load_config, parse_config
 from snoozeml.errors import ConfigError
 
 

@@ -49,8 +49,8 @@ from deploy_files import (
 
 import snoozeml
 from snoozeml.cli.main import build_parser
-from snoozeml.config import ServerConfig, load_config, valid_model_name
-from snoozeml.config_env import apply_env
+from snoozeml.config.env import apply_env
+from snoozeml.config.settings import ServerConfig, load_config, valid_model_name
 
 # The oldest Kubernetes the manifests target (the preStop `sleep` action is on by default from
 # 1.30), and the newest kubernetes-validate bundles.

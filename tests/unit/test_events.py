@@ -22,7 +22,8 @@ from snoozeml.engine.events import (
     RequestDropped,
     RequestFinished,
 )
-from snoozeml.engine.snapshots import (
+from snoozeml.engine.observe.counters import Counters
+from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
     ModelSnapshot,
@@ -30,7 +31,6 @@ from snoozeml.engine.snapshots import (
     ServerSnapshot,
     StatusSnapshot,
 )
-from snoozeml.engine.stats import Counters
 from snoozeml.operations import Operation
 
 # --- the bus ----------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from grpc_health.v1 import health_pb2
 from onnx_models import write_mlp
 
 from snoozeml.api.boundary import RequestBoundary
-from snoozeml.api.grpc import HealthServicer
-from snoozeml.config import parse_config
-from snoozeml.engine.manager import ModelManager
+from snoozeml.api.grpc.service import HealthServicer
+from snoozeml.config.settings import parse_config
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
 
 Status = health_pb2.HealthCheckResponse.ServingStatus

@@ -12,12 +12,12 @@ import pytest
 from fake_clock import EPOCH, FakeClock
 from onnx_models import write_mlp
 
-from snoozeml.config import parse_config
+from snoozeml.config.settings import parse_config
 from snoozeml.engine.events import EngineEvent, EventBus, Unloaded
 from snoozeml.engine.idle import IdleTimer
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
+from snoozeml.engine.registry import ModelManager
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 """The inference route as an ASGI app: the daemon's HTTP protocol serves POST .../infer itself
-(api/http_exchange.py); what reaches the ASGI app on an inference path is answered here, and
+(api/http/exchange.py); what reaches the ASGI app on an inference path is answered here, and
 every other path goes on to the app behind it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from snoozeml.api.fastpath import InferenceRoute
+from snoozeml.api.http.fastpath import InferenceRoute
 
 
 async def _call(route: InferenceRoute, method: str, path: str) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snoozeml.engine.inline import InlinePolicy
+from snoozeml.engine.batching.inline import InlinePolicy
 
 
 def warmed(seconds: float, rows: int = 1, runs: int = 20) -> InlinePolicy:

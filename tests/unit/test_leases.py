@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from onnx_models import write_mlp
 
-from snoozeml.config import parse_config
+from snoozeml.config.settings import parse_config
 from snoozeml.engine.events import InferenceStarted
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.request import InferInput, InferRequest
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput

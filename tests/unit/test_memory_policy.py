@@ -20,17 +20,17 @@ from typing import Any, TypeVar
 import pytest
 from onnx_models import write_mlp
 
-from snoozeml.config import MemoryConfig, ModelConfig, ServerConfig
+from snoozeml.config.settings import MemoryConfig, ModelConfig, ServerConfig
 from snoozeml.engine.events import EventBus, ModelIdle
-from snoozeml.engine.memory import (
+from snoozeml.engine.memory.budgets import (
     MemoryManager,
     Resident,
     budget_bytes,
     pick_victims,
     shortfall,
 )
-from snoozeml.engine.snapshots import DeviceSnapshot
-from snoozeml.engine.stats import Counters
+from snoozeml.engine.observe.counters import Counters
+from snoozeml.engine.observe.snapshots import DeviceSnapshot
 from snoozeml.errors import MemoryExhausted, ModelTooLarge
 from snoozeml.runtime.base import FileSizes
 
@@ -740,9 +740,9 @@ def test_a_freshly_loaded_model_is_not_evicted_before_the_request_that_loaded_it
     # first (one admission per device). When the first finishes, its request has not yet taken
     # its lease; the second must not evict it then, or the first request reloads it, evicting
     # the second before *its* request takes a lease, and so on for ever.
-    from snoozeml.config import parse_config
-    from snoozeml.engine.manager import ModelManager
+    from snoozeml.config.settings import parse_config
     from snoozeml.engine.model import Model
+    from snoozeml.engine.registry import ModelManager
     from snoozeml.engine.service import InferenceService
 
     for i, name in enumerate(("first", "second")):

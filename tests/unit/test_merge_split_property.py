@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snoozeml.engine.batching import batch_key
+from snoozeml.engine.batching.policy import batch_key
 from snoozeml.runtime.base import Unsplittable
 from snoozeml.runtime.stacking import (
     merge_inputs,

@@ -13,9 +13,9 @@ import pytest
 from onnx_models import write_mlp
 from prometheus_client.parser import text_string_to_metric_families
 
-from snoozeml.api.metrics import DURATION_BUCKETS, Histogram, Metrics
-from snoozeml.api.metrics_gauges import ModelLabels, gauge_families
-from snoozeml.config import load_config, parse_config
+from snoozeml.api.metrics.gauges import ModelLabels, gauge_families
+from snoozeml.api.metrics.prometheus import DURATION_BUCKETS, Histogram, Metrics
+from snoozeml.config.settings import load_config, parse_config
 from snoozeml.engine.events import (
     BatchRun,
     EventBus,
@@ -35,9 +35,9 @@ from snoozeml.engine.events import (
     RequestFinished,
     Unloaded,
 )
-from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.observe.snapshots import StatusSnapshot
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
-from snoozeml.engine.snapshots import StatusSnapshot
 from snoozeml.errors import ConfigError
 from snoozeml.operations import Operation
 

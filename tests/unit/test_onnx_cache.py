@@ -1,4 +1,5 @@
-"""The ONNX weights cache and the load paths built on it (runtime/onnx_cache.py, runtime/onnx.py),
+"""The ONNX weights cache and the load paths built on it (runtime/onnx/cache.py,
+runtime/onnx/backend.py),
 with real onnxruntime on generated models: what a cached load answers, when an entry is used,
 rebuilt or refused, and the pre-packing upgrade's swap under concurrent runs."""
 
@@ -16,11 +17,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx_models import reference_session, write_mlp
 
-from snoozeml.config import ModelConfig
-from snoozeml.runtime import onnx_cache
+from snoozeml.config.settings import ModelConfig
 from snoozeml.runtime.base import LoadPlan
-from snoozeml.runtime.onnx import SESSION_BYTES, OnnxBackend
-from snoozeml.runtime.onnx_cache import (
+from snoozeml.runtime.onnx import cache as onnx_cache
+from snoozeml.runtime.onnx.backend import SESSION_BYTES, OnnxBackend
+from snoozeml.runtime.onnx.cache import (
     MANIFEST,
     CacheError,
     build_blocking,
@@ -28,9 +29,9 @@ from snoozeml.runtime.onnx_cache import (
     find_blocking,
     iter_entries,
 )
-from snoozeml.runtime.onnx_entry import STORAGE, WEIGHTS
-from snoozeml.runtime.onnx_instance import OnnxInstance, wants_prepack
-from snoozeml.runtime.onnx_split import split_blocking
+from snoozeml.runtime.onnx.cache_entry import STORAGE, WEIGHTS
+from snoozeml.runtime.onnx.instance import OnnxInstance, wants_prepack
+from snoozeml.runtime.onnx.split import split_blocking
 
 
 def spec(path: Path, prepack: str = "auto", **extra: object) -> ModelConfig:
@@ -317,7 +318,7 @@ def test_an_entry_that_cannot_be_written_leaves_the_default_load_and_is_not_retr
 
 def _build_in_child(cache: str, model: str, barrier: multiprocessing.synchronize.Barrier,
                     results: multiprocessing.queues.Queue[str]) -> None:
-    from snoozeml.runtime.onnx_cache import build_blocking, find_blocking
+    from snoozeml.runtime.onnx.cache import build_blocking, find_blocking
 
     barrier.wait()
     entry = build_blocking(Path(cache), Path(model))

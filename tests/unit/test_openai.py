@@ -1,4 +1,4 @@
-"""The pure parts of the OpenAI routes (api/openai.py): the request's `input`, the pieces a
+"""The pure parts of the OpenAI routes (api/http/openai.py): the request's `input`, the pieces a
 request is split into, and the error object each status gets."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from snoozeml.api.boundary import answer_for
-from snoozeml.api.openai import BadParam, _piece_rows, error_body, parse_input
-from snoozeml.auth import PermissionDenied, Unauthenticated
+from snoozeml.api.http.openai import BadParam, _piece_rows, error_body, parse_input
+from snoozeml.auth.authenticator import PermissionDenied, Unauthenticated
 from snoozeml.errors import BackendError, InvalidInput, ModelNotFound, QueueFull
 
 

@@ -16,12 +16,12 @@ from grpc_reflection.v1alpha import reflection_pb2
 from starlette.routing import Match
 
 from snoozeml.api.boundary import RequestBoundary
-from snoozeml.api.fastpath import INFER_PATH
-from snoozeml.api.grpc import HealthServicer, InferenceServicer, ReflectionServicer
-from snoozeml.api.modelmesh import ModelRuntimeServicer
-from snoozeml.api.rest import SERVED_ELSEWHERE, create_app
-from snoozeml.config import parse_config
-from snoozeml.engine.manager import ModelManager
+from snoozeml.api.grpc.modelmesh import ModelRuntimeServicer
+from snoozeml.api.grpc.service import HealthServicer, InferenceServicer, ReflectionServicer
+from snoozeml.api.http.fastpath import INFER_PATH
+from snoozeml.api.http.rest import SERVED_ELSEWHERE, create_app
+from snoozeml.config.settings import parse_config
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
 from snoozeml.operations import OPERATIONS, Operation, operation_for_rpc
 from snoozeml.proto import inference_pb2 as pb

@@ -13,8 +13,8 @@ from snoozeml.engine.events import (
     ReplicaFailed,
     Unloaded,
 )
-from snoozeml.engine.recent import RecentEvent, RecentEvents
-from snoozeml.engine.snapshots import DeviceSnapshot, ServerSnapshot, StatusSnapshot
+from snoozeml.engine.observe.recent import RecentEvent, RecentEvents
+from snoozeml.engine.observe.snapshots import DeviceSnapshot, ServerSnapshot, StatusSnapshot
 
 
 def recorder(limit: int = 100) -> tuple[EventBus, RecentEvents, list[float]]:

@@ -18,12 +18,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from snoozeml.api.boundary import ERRORS, OTHER_DOMAIN_ERROR, UNEXPECTED
-from snoozeml.api.metrics import Metrics
+from snoozeml.api.metrics.prometheus import Metrics
 from snoozeml.cli.main import build_parser
-from snoozeml.config import Config, parse_config
-from snoozeml.config_env import _ENV_KEYS
+from snoozeml.config.env import _ENV_KEYS
+from snoozeml.config.settings import Config, parse_config
 from snoozeml.engine.lifecycle import TRANSITIONS, Event, State
-from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
 from snoozeml.operations import OPERATIONS
 

@@ -15,7 +15,7 @@ from fake_clock import FakeClock
 from onnx_models import write_flatten_model, write_mlp
 from test_memory_policy import FakeProbe
 
-from snoozeml.config import ModelConfig, parse_config
+from snoozeml.config.settings import ModelConfig, parse_config
 from snoozeml.engine.events import (
     BatchingDisabled,
     BatchRun,
@@ -28,12 +28,12 @@ from snoozeml.engine.events import (
     UpgradeDeferred,
 )
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.request import InferInput, InferRequest
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import MemoryExhausted
-from snoozeml.runtime.onnx import OnnxBackend
-from snoozeml.runtime.onnx_instance import OnnxInstance
+from snoozeml.runtime.onnx.backend import OnnxBackend
+from snoozeml.runtime.onnx.instance import OnnxInstance
 
 T = TypeVar("T")
 
@@ -368,7 +368,7 @@ def test_replicas_spread_over_their_devices_by_free_budget(tmp_path: Path) -> No
 def test_an_upgrade_memory_does_not_admit_is_deferred_and_the_model_keeps_serving(
     tmp_path: Path,
 ) -> None:
-    from snoozeml.runtime.onnx_cache import build_blocking
+    from snoozeml.runtime.onnx.cache import build_blocking
 
     path = write_mlp(tmp_path / "mlp.onnx", dims=(64, 1024, 1024, 64))
     build_blocking(tmp_path / "cache" / "onnx", path)  # mapped from the first load on

@@ -24,11 +24,11 @@ from onnx_models import (
     write_run_failure_model,
 )
 
-from snoozeml.config import ModelConfig, TensorConfig
+from snoozeml.config.settings import ModelConfig, TensorConfig
 from snoozeml.errors import InvalidInput
 from snoozeml.runtime.base import FileSizes, Unsplittable
 from snoozeml.runtime.files import EXTERNAL_SCAN_LIMIT, external_data_paths
-from snoozeml.runtime.onnx import OnnxBackend
+from snoozeml.runtime.onnx.backend import OnnxBackend
 from snoozeml.runtime.registry import backend_for
 from snoozeml.runtime.unavailable import UnavailableBackend
 
@@ -37,7 +37,7 @@ from snoozeml.runtime.unavailable import UnavailableBackend
 def torch_backend() -> Any:
     """A TorchBackend class (torch is a dev dependency; skipped where it is missing)."""
     pytest.importorskip("torch")
-    from snoozeml.runtime.torch import TorchBackend
+    from snoozeml.runtime.torch.backend import TorchBackend
 
     return TorchBackend
 
@@ -487,14 +487,13 @@ def test_torch_models_get_the_torch_backend(torch_backend: Any) -> None:
 def test_torch_models_without_torch_fail_to_load_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
-    # As if torch were not installed: importing it fails, and runtime/torch.py is imported
+    # As if torch were not installed: importing it fails, and runtime/torch/ is imported
     # afresh (monkeypatch puts every module back afterwards).
     monkeypatch.setitem(sys.modules, "torch", None)
-    for name in [n for n in sys.modules if n.startswith("snoozeml.runtime.")]:
-        if name.rsplit(".", 1)[-1] in ("torch", "torch_env", "huggingface", "state_dict"):
-            monkeypatch.delitem(sys.modules, name)
+    for name in [n for n in sys.modules if n.startswith("snoozeml.runtime.torch")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ImportError, match=r"pip install 'snoozeml\[torch\]'"):
-        import snoozeml.runtime.torch  # noqa: F401
+        import snoozeml.runtime.torch.backend  # noqa: F401
 
     backend = backend_for(ModelConfig(name="m", path=tmp_path / "m", format="torch"))
 
@@ -515,7 +514,7 @@ def test_serving_onnx_alone_never_imports_torch(tmp_path: Path) -> None:
     script = (
         "import sys\n"
         "import numpy as np\n"
-        "from snoozeml.config import ModelConfig\n"
+        "from snoozeml.config.settings import ModelConfig\n"
         "from snoozeml.runtime.registry import backend_for\n"
         f"spec = ModelConfig(name='mlp', path={str(path)!r}, format='onnx', device='cpu')\n"
         "backend = backend_for(spec)\n"

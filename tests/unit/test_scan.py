@@ -14,7 +14,7 @@ from onnx_models import write_classifier, write_corrupt_model, write_fixed_shape
 
 from snoozeml.cli import exit_codes
 from snoozeml.cli.main import main
-from snoozeml.config import load_config
+from snoozeml.config.settings import load_config
 from snoozeml.errors import ConfigError
 from snoozeml.hub import (
     InvalidReference,
@@ -26,7 +26,7 @@ from snoozeml.hub import (
     scan_directory,
     select_files,
 )
-from snoozeml.runtime.text_settings import text_settings, tokenizer_folder
+from snoozeml.runtime.text.settings import text_settings, tokenizer_folder
 
 
 def by_name(models: list[ScannedModel]) -> dict[str, ScannedModel]:

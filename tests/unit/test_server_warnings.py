@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from snoozeml.auth import Authenticator
+from snoozeml.auth.authenticator import Authenticator
 from snoozeml.server import _warn_if_open
 
 
@@ -29,7 +29,7 @@ def test_auth_off_is_a_warning_on_loopback_and_an_error_beyond(
 
 
 def test_auth_on_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    from snoozeml.config_auth import ApiKeyConfig, AuthConfig
+    from snoozeml.config.auth import ApiKeyConfig, AuthConfig
 
     auth = Authenticator.from_config(AuthConfig(api_keys=[ApiKeyConfig(
         name="k", role="admin", sha256="0" * 64)]), {})

@@ -1,5 +1,7 @@
-"""Triton's statistics extension: events in, exact numbers out (engine/statistics.py), the same
-numbers as Triton's JSON and protobuf (api/statistics.py), and the service's lookup by name."""
+"""Triton's statistics extension: events in, exact numbers out
+(engine/observe/triton_statistics.py), the same
+numbers as Triton's JSON and protobuf (api/triton_statistics.py), and the service's lookup by
+name."""
 
 from __future__ import annotations
 
@@ -10,12 +12,17 @@ import pytest
 from google.protobuf import json_format
 from onnx_models import write_mlp
 
-from snoozeml.api.statistics import statistics_json, statistics_proto
-from snoozeml.config import parse_config
+from snoozeml.api.triton_statistics import statistics_json, statistics_proto
+from snoozeml.config.settings import parse_config
 from snoozeml.engine.events import BatchRun, EventBus, RequestFinished
-from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.observe.triton_statistics import (
+    BatchStatistics,
+    Duration,
+    ModelStatistics,
+    Statistics,
+)
+from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import EXTENSIONS, InferenceService
-from snoozeml.engine.statistics import BatchStatistics, Duration, ModelStatistics, Statistics
 from snoozeml.errors import ModelNotFound
 from snoozeml.operations import Operation
 

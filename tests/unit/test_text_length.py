@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 from torch_models import MINILM
 
-from snoozeml.runtime.text import LengthCheck, encode_all, load_tokenizer
+from snoozeml.runtime.text.tokenizer import LengthCheck, encode_all, load_tokenizer
 
 WORDS = ["cat", "internationalisation", "the", "of", "Zürich", "東京", "unbelievably", ",",
          "x" * 150, "scale-to-zero", "42", "naïve", "pneumonoultramicroscopicsilicovolcanoconiosis"]

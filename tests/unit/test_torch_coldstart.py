@@ -1,4 +1,5 @@
-"""Hugging Face folders loaded by mapping their safetensors file (runtime/hf_load.py), against
+"""Hugging Face folders loaded by mapping their safetensors file (runtime/torch/hf_weights.py),
+against
 transformers' own `from_pretrained`: bit-identical outputs, the same failures for weights that
 are missing or mis-shaped, `from_pretrained` itself for what the mapped path does not handle,
 and weights that are really resident, survive their file's deletion and go with the model.
@@ -26,13 +27,13 @@ import torch
 import transformers
 from torch_models import MINILM, SENTENCES, TINY_BERT, save_bert, save_vit, token_rows
 
-from snoozeml.config import ModelConfig
-from snoozeml.runtime.hf_load import NotMappable, load_mapped
-from snoozeml.runtime.huggingface import HuggingFaceInstance
-from snoozeml.runtime.torch_env import dtype_key, transformers_version
+from snoozeml.config.settings import ModelConfig
+from snoozeml.runtime.torch.env import dtype_key, transformers_version
+from snoozeml.runtime.torch.hf_weights import NotMappable, load_mapped
+from snoozeml.runtime.torch.huggingface import HuggingFaceInstance
 
 LINUX = sys.platform.startswith("linux")
-# transformers 4 loads everything through from_pretrained (runtime/hf_load.py says why).
+# transformers 4 loads everything through from_pretrained (runtime/torch/hf_weights.py says why).
 maps = pytest.mark.skipif(transformers_version() < (5, 0), reason="maps with transformers 5")
 
 

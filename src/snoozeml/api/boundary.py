@@ -7,7 +7,8 @@ with the exception that ended it. `failed` is the one place that turns an error 
 transport only writes that answer in its own framing. Every ending is published as one
 `RequestFinished` event, which is what the request log, the counters of `/admin/status` (and
 later metrics) read: no transport logs or counts a request itself. `Call.authorize` checks the
-caller's credentials against the role the call's operation needs (auth.py's one table), first
+caller's credentials against the role the call's operation needs (auth/authenticator.py's one
+table), first
 thing in every handler, on both transports alike.
 
 Domain errors never carry transport codes: the mapping is `ERRORS`, below.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from snoozeml.auth import Authenticator, PermissionDenied, Unauthenticated
+from snoozeml.auth.authenticator import Authenticator, PermissionDenied, Unauthenticated
 from snoozeml.engine.events import EventBus, RequestFinished
 from snoozeml.errors import (
     BackendError,

@@ -11,8 +11,8 @@ from typing import Any
 
 import psutil
 
-from snoozeml.engine.probes import process_rss
-from snoozeml.engine.snapshots import (
+from snoozeml.engine.memory.probes import process_rss
+from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
     ModelSnapshot,

@@ -13,7 +13,7 @@ import secrets
 import sys
 from typing import Any
 
-from snoozeml.config_auth import ROLES
+from snoozeml.config.auth import ROLES
 
 PREFIX = "snz_"  # recognisable in a leaked log or a secret scanner
 ENTROPY_BYTES = 32  # 256 bits

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from snoozeml.config import Config, load_config, parse_config
+from snoozeml.config.settings import Config, load_config, parse_config
 from snoozeml.errors import ConfigError
 from snoozeml.logs import configure_logging
 
@@ -95,8 +95,8 @@ def _apply_flags(config: Config, args: argparse.Namespace) -> Config:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snoozeml.auth import Authenticator
-    from snoozeml.engine.probes import visible_gpus
+    from snoozeml.auth.authenticator import Authenticator
+    from snoozeml.engine.memory.probes import visible_gpus
 
     try:
         if args.model and not args.config.exists():  # the models come from the flags alone

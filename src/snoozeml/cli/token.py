@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from snoozeml.config_auth import HMAC_ALGORITHMS, ROLES
+from snoozeml.config.auth import HMAC_ALGORITHMS, ROLES
 from snoozeml.units import parse_duration
 
 DEFAULT_SUBJECT = "snooze-cli"
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     import jwt
 
     from snoozeml.cli import exit_codes
-    from snoozeml.config import load_config
-    from snoozeml.config_auth import read_secret
+    from snoozeml.config.auth import read_secret
+    from snoozeml.config.settings import load_config
     from snoozeml.errors import ConfigError
 
     try:

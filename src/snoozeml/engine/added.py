@@ -1,8 +1,9 @@
-"""Models added and removed at run time: by ModelMesh's model-runtime SPI (api/modelmesh.py) and
+"""Models added and removed at run time: by ModelMesh's model-runtime SPI (api/grpc/modelmesh.py)
+and
 by the repository extension's load with a `path` parameter.
 
 Adding reads the path's metadata off the loop (hub/by_path.py), then registers the model with
-the manager; removing unloads it and forgets it (engine/manager.py). The order of the two is
+the manager; removing unloads it and forgets it (engine/registry.py). The order of the two is
 what ModelMesh relies on: once `forget(name)` returns, the model is not loaded and will not be,
 whatever an add of the same name was doing:
 
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
+from snoozeml.engine.registry import ModelManager
 from snoozeml.errors import InvalidInput, ModelNotFound
 from snoozeml.hub.by_path import spec_for_path
 

@@ -234,7 +234,7 @@ class BatchRun(EngineEvent):
     rows: int
     queue_seconds: tuple[float, ...]  # one per request, in batch order
     run_seconds: float
-    inline: bool  # ran on the event loop (see engine/inline.py)
+    inline: bool  # ran on the event loop (see engine/batching/inline.py)
     ok: bool = True  # False: the run raised, and its requests were answered with the error
 
 

@@ -1,6 +1,6 @@
 """One configured model: its lifecycle, its leases and its idle timer.
 
-The model decides *when* replicas come and go; its `ReplicaSet` (engine/replicas.py) knows
+The model decides *when* replicas come and go; its `ReplicaSet` (engine/replicas/pool.py) knows
 *how* (memory admission, loading, measuring, unloading). A request takes a lease on one replica:
 
     async with model.lease() as replica:
@@ -28,7 +28,7 @@ import logging
 from dataclasses import replace
 from types import TracebackType
 
-from snoozeml.config import ModelConfig
+from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.clock import Clock
 from snoozeml.engine.events import (
@@ -45,9 +45,9 @@ from snoozeml.engine.events import (
 )
 from snoozeml.engine.idle import IdleTimer
 from snoozeml.engine.lifecycle import Event, State, load_backoff, transition
-from snoozeml.engine.memory import Resident
-from snoozeml.engine.replica import Replica
-from snoozeml.engine.replicas import ReplicaSet
+from snoozeml.engine.memory.budgets import Resident
+from snoozeml.engine.replicas.pool import ReplicaSet
+from snoozeml.engine.replicas.replica import Replica
 from snoozeml.errors import (
     LoadTimeout,
     MemoryExhausted,

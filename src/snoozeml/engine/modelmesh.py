@@ -1,4 +1,5 @@
-"""KServe ModelMesh's model-runtime SPI, in the engine's terms (api/modelmesh.py speaks the gRPC).
+"""KServe ModelMesh's model-runtime SPI, in the engine's terms (api/grpc/modelmesh.py speaks the
+gRPC).
 
 ModelMesh is the cluster-wide LRU cache of models: it decides which pod holds which model. So
 the models it loads here are pinned (no idle unload, no local eviction) and, when this daemon's
@@ -19,7 +20,7 @@ from pathlib import Path
 from snoozeml import __version__
 from snoozeml.engine.added import AddedModels
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.manager import ModelManager
+from snoozeml.engine.registry import ModelManager
 from snoozeml.errors import InvalidInput, ModelNotFound
 from snoozeml.hub.by_path import check_name, file_bytes, kind_of
 

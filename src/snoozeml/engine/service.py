@@ -13,12 +13,10 @@ from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.added import CONFIG, AddedModels
 from snoozeml.engine.events import Draining, EventBus, InferenceFailed, InferenceStarted
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.manager import ModelManager
 from snoozeml.engine.model import Model
-from snoozeml.engine.recent import RecentEvents
-from snoozeml.engine.replica import ReplicaState
-from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
-from snoozeml.engine.snapshots import (
+from snoozeml.engine.observe.counters import Counters
+from snoozeml.engine.observe.recent import RecentEvents
+from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
     ModelSnapshot,
     ReplicaSnapshot,
@@ -26,8 +24,10 @@ from snoozeml.engine.snapshots import (
     ServerSnapshot,
     StatusSnapshot,
 )
-from snoozeml.engine.statistics import ModelStatistics, Statistics
-from snoozeml.engine.stats import Counters
+from snoozeml.engine.observe.triton_statistics import ModelStatistics, Statistics
+from snoozeml.engine.registry import ModelManager
+from snoozeml.engine.replicas.replica import ReplicaState
+from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.validate import check_request
 from snoozeml.errors import InvalidInput, ShuttingDown
 from snoozeml.hub.by_path import kind_of

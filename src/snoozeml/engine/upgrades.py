@@ -1,5 +1,5 @@
 """Upgrades: the faster form of a model that a quick load left for later (onnx: its pre-packed
-weights, see runtime/onnx.py), built in the background once a batch shows it is worth it and
+weights, see runtime/onnx/backend.py), built in the background once a batch shows it is worth it and
 swapped in between two runs, so no request fails or waits for it.
 
 Invariants:
@@ -19,8 +19,8 @@ from concurrent.futures import Executor
 
 from snoozeml.engine.clock import Clock
 from snoozeml.engine.events import EventBus, ReplicaUpgraded, UpgradeDeferred
-from snoozeml.engine.memory import MemoryManager
-from snoozeml.engine.replica import Replica, ReplicaState
+from snoozeml.engine.memory.budgets import MemoryManager
+from snoozeml.engine.replicas.replica import Replica, ReplicaState
 from snoozeml.errors import MemoryExhausted, ModelTooLarge, describe_exception
 from snoozeml.logs import log_event
 

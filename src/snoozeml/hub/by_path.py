@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from snoozeml.config import (
+from snoozeml.config.settings import (
     BatchingConfig,
     ModelConfig,
     ServerConfig,

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from snoozeml.datatypes import ONNX_TO_OIP, TensorSpec
 from snoozeml.runtime.files import external_data_paths
-from snoozeml.runtime.onnx_text import plan_graph
-from snoozeml.runtime.text_settings import (
+from snoozeml.runtime.onnx.text import plan_graph
+from snoozeml.runtime.text.settings import (
     DEFAULT_POOLING,
     TOKENIZER_FILE,
     Pooling,
@@ -233,7 +233,7 @@ def _onnx_text(
     """Pooling, normalisation and length for an ONNX file that can take text (written with
     tokenize = true): one with a tokenizer.json beside it, or in the folder above it (the
     Hub's `onnx/model.onnx`; runtime/text_settings.tokenizer_folder finds it there too), and a
-    graph that runtime/onnx_text.py can feed and pool. None for any other."""
+    graph that runtime/onnx/text.py can feed and pool. None for any other."""
     folder = beside_or_above(file)
     if not (folder / TOKENIZER_FILE).is_file():
         return None

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from snoozeml.config import ModelConfig
+from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.errors import InvalidInput
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from snoozeml.config import ModelConfig
+from snoozeml.config.settings import ModelConfig
 from snoozeml.runtime.base import FileSizes, Instance, LoadPlan
 from snoozeml.runtime.files import (
     bytes_on_disk,
