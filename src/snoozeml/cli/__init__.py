@@ -1,0 +1,1 @@
+"""The `snooze` command line: one module a subcommand."""

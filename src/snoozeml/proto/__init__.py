@@ -1,0 +1,1 @@
+"""Generated gRPC modules (`make proto`) and the .proto files they come from."""

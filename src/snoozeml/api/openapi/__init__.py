@@ -1,0 +1,1 @@
+"""The OpenAPI document of the HTTP API, served at `GET /openapi.json`."""

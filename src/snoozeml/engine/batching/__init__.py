@@ -1,0 +1,1 @@
+"""Dynamic micro-batching: the pure policy, the per-replica loop, and the hand-off to the worker."""
