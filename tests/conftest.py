@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+# The shared fakes and builders in tests/support/ import as plain modules (`from daemon import
+# Daemon`); test modules never import each other.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from daemon import Daemon, write_config
 

@@ -14,10 +14,10 @@ operation (`FUZZ_EXAMPLES` generated cases each, derandomized: the same cases on
   (`positive_data_acceptance`), with outputs that add up; `make fuzz` adds invalid ones.
 
 Every answer must be documented (status, headers, content type, body schema) and no 5xx but
-the documented 503s (fuzz_http_hooks.py); afterwards the daemon still serves and its log
-holds no fault. `make fuzz` sets `SNOOZE_FUZZ_EXAMPLES` (tests/fuzz_strategies.py): that
-many times the examples, on fresh random cases (each campaign prints its seed), three
-campaigns at once.
+the documented 503s (tests/support/fuzz_http_hooks.py); afterwards the daemon still serves
+and its log holds no fault. `make fuzz` sets `SNOOZE_FUZZ_EXAMPLES`
+(tests/support/fuzz_strategies.py): that many times the examples, on fresh random cases (each
+campaign prints its seed), three campaigns at once.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from fuzz_strategies import BROKEN, KINDS, MODELS, SCALE, assert_alive, log_prob
 
 KEY = "snz_fuzz-admin-key"
 AUTH = {"X-API-Key": KEY}
-HOOKS = Path(__file__).with_name("fuzz_http_hooks.py")
+HOOKS = Path(__file__).parents[1] / "support" / "fuzz_http_hooks.py"
 FUZZ_EXAMPLES = max(1, int(10 * SCALE))
 
 

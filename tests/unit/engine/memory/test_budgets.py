@@ -1,7 +1,7 @@
 """Memory management without a daemon: the pure policies (pick_victims, budget_bytes,
 shortfall), the admission arithmetic of MemoryManager against a fake memory probe (the one
 injected piece; GPU devices included), and reactive OOM relief. (How backends size a
-model's files, pick its device and recognise out of memory: tests/unit/test_runtime.py.)
+model's files, pick its device and recognise out of memory: tests/unit/runtime/.)
 
 Tenants here are small fakes of engine/model.py's Model: what the memory manager sees of a
 model (name, spec, device, bytes held, lease state) and an `unload` that records its reason.
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from fake_probe import FakeProbe
 from onnx_models import write_mlp
 
 from snoozeml.config.settings import MemoryConfig, ModelConfig, ServerConfig
@@ -175,30 +176,7 @@ def test_shortfall(used: int, needed: int, budget: int, missing: int) -> None:
     assert shortfall(used, needed, budget) == missing
 
 
-# --- a fake probe and fake tenants ----------------------------------------------------------
-
-
-class FakeProbe:
-    """A MemoryProbe with numbers set by the test: host total, GPU totals, per-device use."""
-
-    def __init__(self, host_total: int, gpu_totals: dict[str, int] | None = None) -> None:
-        self.totals = {"cpu": host_total, **(gpu_totals or {})}
-        self.process = dict.fromkeys(self.totals, 0)
-
-    def gpus(self) -> list[str]:
-        return [device for device in self.totals if device != "cpu"]
-
-    def total(self, device: str) -> int:
-        return self.totals[device]
-
-    def used(self, device: str) -> int:
-        return self.process[device]
-
-    def reset_peak(self, device: str) -> None:
-        pass
-
-    def peak(self, device: str) -> int | None:
-        return None  # the fake's use only changes when the test says: no peak to learn
+# --- fake tenants (the fake probe: tests/support/fake_probe.py) -----------------------------------
 
 
 @dataclass

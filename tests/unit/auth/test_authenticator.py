@@ -536,7 +536,7 @@ def test_a_remembered_token_keeps_its_role_checked_per_operation() -> None:
 
 
 def _docs_table() -> dict[str, tuple[str, str, str]]:
-    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "security.md").read_text()
     table = text.split("<!-- roles:begin -->")[1].split("<!-- roles:end -->")[0]
     rows = {}
     for line in table.strip().splitlines()[2:]:

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 from fake_clock import FakeClock
+from fake_probe import FakeProbe
 from onnx_models import write_flatten_model, write_mlp
-from test_memory_policy import FakeProbe
 
 from snoozeml.config.settings import ModelConfig, parse_config
 from snoozeml.engine.events import (

@@ -21,7 +21,7 @@ import yaml
 from snoozeml.cli.main import build_parser
 from snoozeml.config.settings import ServerConfig, load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 KSERVE = DEPLOY / "kserve"
