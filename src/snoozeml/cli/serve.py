@@ -119,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
     from snoozeml.heap import limit_malloc_arenas
 
     limit_malloc_arenas()  # before the heavy imports and the threads they start
+    from snoozeml.api.http.uvicorn_private import unsupported_uvicorn
+
+    lacking = unsupported_uvicorn()
+    if lacking is not None:  # the HTTP protocol would break on its first request, or sooner
+        print(f"snooze: {lacking}", file=sys.stderr)
+        print("snooze: unsupported uvicorn; not starting", file=sys.stderr)
+        return 2
     from snoozeml.server import Daemon  # the heavy imports only once the config is valid
 
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop

@@ -18,10 +18,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
-
 from snoozeml.api.http.body import ClientGone, check_declared, inflate, too_large
+from snoozeml.api.http.uvicorn_private import STATUS_LINE, FlowControl
 
 Headers = list[tuple[bytes, bytes]]
 

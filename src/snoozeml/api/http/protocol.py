@@ -27,21 +27,23 @@ import asyncio
 import logging
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httptools
 import orjson
-from uvicorn._types import ASGI3Application
-from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import (
+from uvicorn import Config
+
+from snoozeml.api.http.exchange import InferExchange, Lane
+from snoozeml.api.http.uvicorn_private import (
     STATUS_LINE,
     HttpToolsProtocol,
     RequestResponseCycle,
+    ServerState,
 )
-from uvicorn.server import ServerState
-
-from snoozeml.api.http.exchange import InferExchange, Lane
 from snoozeml.logs import log_event
+
+if TYPE_CHECKING:
+    from snoozeml.api.http.uvicorn_private import ASGI3Application
 
 # How long a refused connection is still read (and what is read dropped) before it closes.
 LINGER = 1.0
