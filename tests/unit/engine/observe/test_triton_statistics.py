@@ -7,11 +7,7 @@ from __future__ import annotations
 from statistics_feed import fed, infer_finished
 
 from snoozeml.engine.events import BatchRun, RequestFinished
-from snoozeml.engine.observe.triton_statistics import (
-    BatchStatistics,
-    Duration,
-    ModelStatistics,
-)
+from snoozeml.engine.observe.triton_statistics import BatchStatistics, Duration, ModelStatistics
 from snoozeml.operations import Operation
 
 
