@@ -291,7 +291,8 @@ _PACKED_B = {("", "MatMul"), ("", "Gemm"), ("ai.onnx", "MatMul"), ("ai.onnx", "G
 def _packed_by_cpu_provider(proto: ModelProto) -> set[str]:
     """Initializers that a pre-packing session copies and then never reads again: 2-D float32
     weights used only as the B input of the ops in _PACKED_B, in the main graph. Anything else
-    may be read at every run (tests/unit/test_onnx_cache.py checks this through smaps)."""
+    may be read at every run (tests/unit/runtime/onnx/test_instance.py checks this through
+    smaps)."""
     candidates = {t.name for t in proto.graph.initializer
                   if t.data_type == 1 and len(t.dims) == 2}
     for node, graph_level in _all_nodes(proto):

@@ -1,6 +1,7 @@
 """The ONNX backend (runtime/onnx/backend.py) on its own: which errors are out of memory (real
-onnxruntime failures included), which device a model counts against, and what its files
-weigh (external data as weights, not as load transient)."""
+onnxruntime failures included), which device a model counts against, what its files
+weigh (external data as weights, not as load transient), and the load plan that follows the
+path the next load takes (with or without a cache entry)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import pytest
 from allocator_failures import ALLOCATOR_FAILURES
 from model_specs import onnx_spec, spec_on
 from onnx import TensorProto, helper, numpy_helper
+from onnx_loads import spec, write_matmul
 from onnx_models import write_corrupt_model, write_mlp
 
-from snoozeml.runtime.base import FileSizes
+from snoozeml.runtime.base import FileSizes, LoadPlan
 from snoozeml.runtime.files import EXTERNAL_SCAN_LIMIT
-from snoozeml.runtime.onnx.backend import OnnxBackend
+from snoozeml.runtime.onnx.backend import SESSION_BYTES, OnnxBackend
+from snoozeml.runtime.onnx.cache import entry_key
 
 
 @pytest.mark.parametrize(("error", "expected"), ALLOCATOR_FAILURES)
@@ -108,3 +111,24 @@ def test_a_large_onnx_file_is_not_read_for_external_data(tmp_path: Path) -> None
     (tmp_path / "weights.bin").write_bytes(b"\0" * 1000)
     size = EXTERNAL_SCAN_LIMIT + 1
     assert OnnxBackend().file_sizes_blocking(onnx_spec(path)) == FileSizes(size, size)
+
+
+def test_the_load_plan_follows_the_path_the_next_load_takes(tmp_path: Path,
+                                                           cache: Path) -> None:
+    path = write_matmul(tmp_path / "m.onnx")
+    backend = OnnxBackend(cache)
+    sizes = backend.file_sizes_blocking(spec(path))
+    default = LoadPlan("default", sizes.transient)
+    # No entry yet: the default load, with the entry written afterwards.
+    assert backend.load_plan_blocking(spec(path), sizes) == \
+        LoadPlan("default", sizes.transient, background=True, background_bytes=sizes.weights)
+    backend.background_blocking(spec(path))
+    graph = 2 * (cache / entry_key(path) / "graph.onnx").stat().st_size + SESSION_BYTES
+    weights = (cache / entry_key(path) / "weights.bin").stat().st_size
+    assert backend.load_plan_blocking(spec(path, "auto"), sizes) == \
+        LoadPlan("mapped", graph, least=weights)
+    packed = (256 * 512 + 512 * 64) * 4
+    assert backend.load_plan_blocking(spec(path, "on"), sizes) == \
+        LoadPlan("mapped", graph + packed, least=weights)
+    assert backend.load_plan_blocking(spec(path, weights_cache=False), sizes) == default
+    assert OnnxBackend(None).load_plan_blocking(spec(path), sizes) == default
