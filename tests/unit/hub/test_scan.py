@@ -1,5 +1,6 @@
-"""`snooze scan` and the pieces of `snooze pull` that need no Hub: finding models on disk,
-writing their entries, merging into a user's models.toml, and choosing a repository's files."""
+"""Finding models on disk (hub/scan.py): ONNX files, Hugging Face folders, loose safetensors and
+ONNX text models, each with the entry it needs and a unique name. (Writing the entries:
+test_config_writer.py; the command: tests/unit/cli/test_scan.py.)"""
 
 from __future__ import annotations
 
@@ -10,42 +11,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx_models import write_classifier, write_corrupt_model, write_fixed_shape_model, write_mlp
+from hub_layouts import hf_folder
+from onnx_models import write_corrupt_model, write_fixed_shape_model, write_mlp
 
-from snoozeml.cli import exit_codes
-from snoozeml.cli.main import main
 from snoozeml.config.settings import load_config
-from snoozeml.errors import ConfigError
-from snoozeml.hub import (
-    InvalidReference,
-    ScannedModel,
-    merge_into,
-    parse_reference,
-    render_toml,
-    scan,
-    scan_directory,
-    select_files,
-)
+from snoozeml.hub import ScannedModel, render_toml, scan, scan_directory
 from snoozeml.runtime.text.settings import text_settings, tokenizer_folder
 
 
 def by_name(models: list[ScannedModel]) -> dict[str, ScannedModel]:
     return {m.name: m for m in models}
-
-
-def hf_folder(folder: Path, architectures: list[str], *, tokenizer: bool = True,
-              weights: tuple[str, ...] = ("model.safetensors",)) -> Path:
-    """A Hugging Face layout; the scan reads only names and JSON, so weights are stand-ins."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({"architectures": architectures}))
-    for name in weights:
-        (folder / name).write_bytes(b"stand-in: the scan never reads weights")
-    if tokenizer:
-        (folder / "tokenizer.json").write_text("{}")
-    return folder
-
-
-# --- ONNX ------------------------------------------------------------------------------
 
 
 def test_onnx_model_with_a_dynamic_first_dimension_gets_batching(tmp_path: Path) -> None:
@@ -102,9 +77,6 @@ def test_hidden_folders_are_not_scanned(tmp_path: Path) -> None:
     write_mlp(tmp_path / "seen.onnx", dims=(4, 8, 3))
 
     assert [m.name for m in scan_directory(tmp_path)] == ["seen"]
-
-
-# --- safetensors -----------------------------------------------------------------------
 
 
 def test_a_hugging_face_folder_is_one_torch_model(tmp_path: Path) -> None:
@@ -185,9 +157,6 @@ def test_sentence_transformers_settings_become_pooling_and_normalize(tmp_path: P
     assert (model.pooling, model.normalize, model.max_length) == ("cls", True, 256)
 
 
-# --- names -----------------------------------------------------------------------------
-
-
 def test_names_follow_the_config_rule_and_are_unique(tmp_path: Path) -> None:
     write_mlp(tmp_path / "my model (v2)!.onnx", dims=(4, 8, 3))
     write_mlp(tmp_path / "a" / "model.onnx", dims=(4, 8, 3))
@@ -221,232 +190,10 @@ def test_a_base_name_prefixes_every_model(tmp_path: Path) -> None:
     assert [m.name for m in scan(folder, base_name="repo").models] == ["repo", "repo-onnx"]
 
 
-# --- rendering and merging --------------------------------------------------------------
 
 
-def test_rendered_entries_are_a_valid_models_toml(tmp_path: Path) -> None:
-    write_mlp(tmp_path / "models" / "mlp.onnx", dims=(4, 8, 3))
-    write_fixed_shape_model(tmp_path / "models" / "fixed.onnx")
-    hf_folder(tmp_path / "models" / "bert", ["BertForSequenceClassification"])
-    (tmp_path / "models" / "plain.safetensors").write_bytes(b"stand-in")
-
-    text = render_toml(scan_directory(tmp_path / "models"), relative_to=tmp_path)
-    (tmp_path / "models.toml").write_text(text)
-    config = load_config(tmp_path / "models.toml", environ={})
-
-    models = {m.name: m for m in config.models}
-    assert sorted(models) == ["bert", "fixed", "mlp", "plain"]
-    assert models["mlp"].path == tmp_path / "models" / "mlp.onnx"
-    assert models["mlp"].batching.max_batch_size == 32
-    assert models["fixed"].batching.max_batch_size == 0
-    assert (models["bert"].format, models["bert"].task, models["bert"].tokenize) == (
-        "torch", "text-classification", True)
-    assert models["plain"].format == "torch"
-    assert 'path = "models/mlp.onnx"' in text
 
 
-USER_CONFIG = """\
-# Production models. Ask #ml-infra before changing idle timeouts!
-[server]
-http_port = 9000   # behind the proxy
-
-[[models]]
-name = "my-mlp"                  # renamed by hand
-path = "models/mlp.onnx"
-idle_timeout = "never"           # pinned: latency-critical
-[models.batching]
-max_batch_size = 8
-"""
-
-
-def test_scan_write_keeps_comments_and_edits_and_adds_only_new_models(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    write_mlp(tmp_path / "models" / "mlp.onnx", dims=(4, 8, 3))
-    write_classifier(tmp_path / "models" / "classifier.onnx")
-    config = tmp_path / "models.toml"
-    config.write_text(USER_CONFIG)
-
-    code = main(["scan", str(tmp_path / "models"), "--write", str(config)])
-
-    assert code == exit_codes.OK
-    text = config.read_text()
-    assert text.startswith(USER_CONFIG)  # every byte the user wrote, in place
-    added = tomllib.loads(text[len(USER_CONFIG):])["models"]
-    assert [(m["name"], m["path"]) for m in added] == [("classifier", "models/classifier.onnx")]
-    assert "added classifier (onnx)" in capsys.readouterr().out
-    assert [m.name for m in load_config(config, environ={}).models] == ["my-mlp", "classifier"]
-
-    again = main(["scan", str(tmp_path / "models"), "--write", str(config)])
-
-    assert again == exit_codes.OK
-    assert config.read_text() == text
-    assert "nothing changed" in capsys.readouterr().out
-
-
-def test_a_taken_name_is_never_overwritten(tmp_path: Path) -> None:
-    write_mlp(tmp_path / "models" / "mlp.onnx", dims=(4, 8, 3))
-    other = write_mlp(tmp_path / "elsewhere" / "other.onnx", dims=(4, 8, 3))
-    config = tmp_path / "models.toml"
-    original = f'[[models]]\nname = "mlp"\npath = "{other.relative_to(tmp_path)}"\n'
-    config.write_text(original)
-
-    result = merge_into(config, scan_directory(tmp_path / "models"))
-
-    assert result.added == []
-    assert "already has a model named 'mlp'" in result.skipped[0].reason
-    assert config.read_text() == original
-
-
-def test_merge_creates_a_missing_config_with_paths_relative_to_it(tmp_path: Path) -> None:
-    write_mlp(tmp_path / "models" / "mlp.onnx", dims=(4, 8, 3))
-    config = tmp_path / "deploy" / "models.toml"
-
-    merge_into(config, scan_directory(tmp_path / "models"))
-
-    [entry] = tomllib.loads(config.read_text())["models"]
-    assert entry["path"] == "../models/mlp.onnx"
-    loaded = load_config(config, environ={}).models[0].path
-    assert loaded.resolve() == tmp_path / "models" / "mlp.onnx"
-
-
-def test_merge_keeps_windows_line_endings(tmp_path: Path) -> None:
-    write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 3))
-    config = tmp_path / "models.toml"
-    original = b"[server]\r\nhttp_port = 9000\r\n"
-    config.write_bytes(original)
-
-    merge_into(config, scan_directory(tmp_path))
-
-    data = config.read_bytes()
-    assert data.startswith(original + b"\r\n[[models]]\r\n")
-    assert b"\n" not in data.replace(b"\r\n", b"")
-
-
-def test_an_inline_models_array_is_refused_untouched(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    write_mlp(tmp_path / "models" / "mlp.onnx", dims=(4, 8, 3))
-    config = tmp_path / "models.toml"
-    original = 'models = [{ name = "a", path = "models/mlp.onnx" }]\n'
-    config.write_text(original)
-
-    with pytest.raises(ConfigError):
-        merge_into(config, scan_directory(tmp_path / "models"))
-    code = main(["scan", str(tmp_path / "models"), "--write", str(config)])
-
-    assert code == exit_codes.USAGE
-    assert "[[models]]" in capsys.readouterr().err
-    assert config.read_text() == original
-
-
-def test_scan_prints_entries_relative_to_the_current_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    write_mlp(tmp_path / "models" / "mlp.onnx", dims=(4, 8, 3))
-    monkeypatch.chdir(tmp_path)
-
-    assert main(["scan", "models"]) == exit_codes.OK
-
-    [entry] = tomllib.loads(capsys.readouterr().out)["models"]
-    assert entry == {"name": "mlp", "path": "models/mlp.onnx", "format": "onnx",
-                     "batching": {"max_batch_size": 32}}
-
-
-def test_scan_exit_codes_for_an_empty_and_a_missing_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "README.md").write_text("no models here")
-
-    assert main(["scan", str(tmp_path / "empty")]) == exit_codes.NOTHING_SERVABLE
-    assert "no ONNX or safetensors model found" in capsys.readouterr().err
-    assert main(["scan", str(tmp_path / "missing")]) == exit_codes.USAGE
-    assert "no such file or folder" in capsys.readouterr().err
-
-
-# --- choosing a repository's files ------------------------------------------------------
-
-BERT_WITH_EXPORTS = [
-    ".gitattributes", "README.md", "config.json", "model.safetensors", "pytorch_model.bin",
-    "tokenizer.json", "tokenizer_config.json", "vocab.txt", "1_Pooling/config.json",
-    "onnx/model.onnx", "onnx/model_quantized.onnx", "onnx/model_fp16.onnx",
-    "openvino/openvino_model.xml", "openvino/openvino_model.bin",
-]
-SUPPORT = ["1_Pooling/config.json", "config.json", "tokenizer.json", "tokenizer_config.json",
-           "vocab.txt"]
-
-
-@pytest.mark.parametrize(("files", "kwargs", "expected"), [
-    pytest.param(BERT_WITH_EXPORTS, {}, sorted([*SUPPORT, "model.safetensors"]),
-                 id="safetensors by default, no exports or .bin"),
-    pytest.param(BERT_WITH_EXPORTS, {"prefer": "onnx"}, sorted([*SUPPORT, "onnx/model.onnx"]),
-                 id="--format onnx takes onnx/model.onnx"),
-    pytest.param(BERT_WITH_EXPORTS, {"prefer": "onnx",
-                                     "include": ["onnx/model_quantized.onnx"],
-                                     "exclude": ["onnx/model.onnx"]},
-                 sorted([*SUPPORT, "onnx/model_quantized.onnx"]),
-                 id="--include adds, --exclude removes"),
-    pytest.param(["model.onnx", "model.onnx_data", "README.md", "train.bin"], {},
-                 ["model.onnx", "model.onnx_data"], id="top-level onnx with its external data"),
-    pytest.param(["onnx/model_q4.onnx", "onnx/model_fp16.onnx", "config.json"], {},
-                 ["config.json", "onnx/model_fp16.onnx", "onnx/model_q4.onnx"],
-                 id="only onnx/ variants and no model.onnx: all of them"),
-    pytest.param(["config.json", "model.safetensors", "onnx/model.onnx"], {"prefer": "torch"},
-                 ["config.json", "model.safetensors"], id="--format torch"),
-    pytest.param(["README.md", ".gitattributes"], {}, [], id="nothing servable"),
-    pytest.param(["config.json", "model.safetensors"], {"exclude": ["*.safetensors"]},
-                 ["config.json"], id="exclude applies last"),
-    pytest.param(["m.onnx", "extra/notes.txt"], {"include": ["extra/"]},
-                 ["extra/notes.txt", "m.onnx"], id="a folder pattern means its files"),
-])
-def test_select_files(files: list[str], kwargs: dict[str, object], expected: list[str]) -> None:
-    assert select_files(files, **kwargs) == expected  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(("text", "revision", "expected"), [
-    ("org/name", None, ("org/name", None)),
-    ("org/name@v1.0", None, ("org/name", "v1.0")),
-    ("org/name", "dev", ("org/name", "dev")),
-    ("org/name@dev", "dev", ("org/name", "dev")),
-    ("gpt2", None, ("gpt2", None)),
-])
-def test_parse_reference(text: str, revision: str | None,
-                         expected: tuple[str, str | None]) -> None:
-    assert parse_reference(text, revision) == expected
-
-
-@pytest.mark.parametrize(("text", "revision"), [
-    ("org/name@v1", "v2"), ("org/name@", None), ("a/b/c", None), ("org/na--me", None),
-    ("org/name", ""), ("org/name", "  "),
-])
-def test_parse_reference_refuses(text: str, revision: str | None) -> None:
-    with pytest.raises(InvalidReference):
-        parse_reference(text, revision)
-
-
-def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["pull", "org/name@v1", "--revision", "v2"]) == exit_codes.USAGE
-    assert "two revisions" in capsys.readouterr().err
-
-
-def test_render_writes_strings_as_valid_toml(tmp_path: Path) -> None:
-    path = write_mlp(tmp_path / 'quote"back\\slash' / "model.onnx", dims=(4, 8, 3))
-
-    text = render_toml(scan_directory(tmp_path), relative_to=tmp_path)
-
-    assert tomllib.loads(text)["models"][0]["path"] == path.relative_to(tmp_path).as_posix()
-
-
-def test_rendered_notes_are_comments() -> None:
-    text = render_toml([ScannedModel(name="m", path=Path("/x/m.onnx"), format="onnx",
-                                     notes=("line one", "line two"))],
-                       relative_to=Path("/x"), header="pulled from org/m")
-    assert text.splitlines()[:4] == [
-        "[[models]]", "# pulled from org/m", "# line one", "# line two"]
-
-
-# --- ONNX text models -------------------------------------------------------------------
 
 
 def write_encoder(path: Path, outputs: tuple[str, ...] = ("last_hidden_state",)) -> Path:
