@@ -30,12 +30,21 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy src
 
 # Everything: the gates, the book, the client examples against a live daemon, every test.
+# The examples' banner again at the end, where it is seen.
 test: $(STAMP) lint typecheck docs examples
 	$(VENV)/bin/pytest -q --ignore=tests/examples
+	@$(EXAMPLES_TOOLCHAINS) banner
 
-# The client examples in five languages (examples/), run against a live daemon: npm packages
-# from the lockfile, Debian's Rust crates, then tests/examples.
+# The client examples in five languages (examples/), run against a live daemon. Python and
+# grpcurl come with .venv; curl needs curl and perl, TypeScript node and npm, Rust cargo and
+# Debian's packaged crates (tests/support/example_toolchains.py says what each needs and how
+# to get it). With CI=true every example runs: the npm packages and Debian's crates are
+# installed (apt-get, with sudo unless root), and an example that cannot run fails. Otherwise
+# nothing is installed with sudo: the examples whose toolchains are here are built and run,
+# and a banner and pytest's skips name the others and the command that gets each.
+EXAMPLES_TOOLCHAINS = EXAMPLES_CARGO='$(EXAMPLES_CARGO)' $(PYTHON) tests/support/example_toolchains.py
 examples: $(STAMP) examples-deps
+	@$(EXAMPLES_TOOLCHAINS) banner
 	$(VENV)/bin/pytest -q tests/examples
 
 # Each step runs only when its output is missing or older than its inputs, so a second run is
@@ -47,8 +56,15 @@ EXAMPLES_APT := $(if $(filter 0,$(shell id -u)),,sudo) env DEBIAN_FRONTEND=nonin
 EXAMPLES_CARGO ?= $(or $(shell command -v cargo 2>/dev/null),$(HOME)/.cargo/bin/cargo)
 EXAMPLES_CRATES := librust-ureq-dev librust-serde-dev librust-serde-derive-dev librust-serde-json-dev
 EXAMPLES_RUST_BUILD := examples/rust/target/debian
-examples-deps: examples/typescript/node_modules/.package-lock.json \
-		$(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client
+# Which examples to build is asked when examples-deps runs: all under CI, else those whose
+# toolchains are here.
+examples-deps:
+	@for example in $$($(EXAMPLES_TOOLCHAINS) build); do \
+		$(MAKE) --no-print-directory examples-deps-$$example || exit 1; done
+examples-deps-typescript: examples/typescript/node_modules/.package-lock.json
+	@:
+examples-deps-rust: $(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client
+	@:
 
 examples/typescript/node_modules/.package-lock.json: examples/typescript/package-lock.json
 	cd examples/typescript && npm ci --ignore-scripts --no-audit --no-fund
@@ -61,6 +77,8 @@ examples-crates:
 		|| $(EXAMPLES_APT) install -y --no-install-recommends $(EXAMPLES_CRATES) \
 		|| { $(EXAMPLES_APT) update && $(EXAMPLES_APT) install -y --no-install-recommends $(EXAMPLES_CRATES); }
 
+# examples-crates installs only what is missing, and outside CI examples-deps asks for this
+# only when cargo and the crates are here: apt-get runs under CI, or when asked for by name.
 $(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client: examples/rust/Cargo.toml \
 		examples/rust/src/main.rs | examples-crates
 	rm -rf $(EXAMPLES_RUST_BUILD)/src && mkdir -p $(EXAMPLES_RUST_BUILD)
@@ -70,7 +88,7 @@ $(EXAMPLES_RUST_BUILD)/target/debug/snoozeml-client: examples/rust/Cargo.toml \
 		--config 'source.debian.directory="/usr/share/cargo/registry"'
 	touch $@
 
-.PHONY: examples examples-deps examples-crates
+.PHONY: examples examples-deps examples-deps-typescript examples-deps-rust examples-crates
 
 # The book (mkdocs.yml, docs/): strict, so a broken link, a missing anchor, a page left out of
 # the nav or a missing snippet (examples/, bench/) fails. Not --quiet: it hides the warnings

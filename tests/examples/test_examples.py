@@ -3,7 +3,9 @@ with auth on: every example must send the API key from SNOOZE_API_KEY, and what 
 be what onnxruntime computes for the same inputs. Without the key, each one fails and says why.
 
 The TypeScript packages and the Rust binary come from `make examples-deps` (the Makefile's
-`examples` target runs it before these tests).
+`examples` target runs it before these tests). An example whose toolchain this machine lacks
+(tests/support/example_toolchains.py) is skipped, saying what is missing and how to get it;
+under CI (CI=true) it fails instead.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from daemon import Daemon
+from example_toolchains import TOOLCHAINS, ci
 from onnx_models import reference_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +124,22 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         daemon.stop()
 
 
+def require_toolchain(folder: str) -> None:
+    """Skip, or under CI fail, when this machine lacks what the example in `folder` needs
+    (Python and grpcurl come with .venv)."""
+    toolchain = TOOLCHAINS.get(folder)
+    lacking = toolchain.missing() if toolchain is not None else []
+    if toolchain is None or not lacking:
+        return
+    reason = (f"the {folder} example needs {', '.join(lacking)}, missing here; "
+              f"get it: {toolchain.get}")
+    if ci():
+        pytest.fail(f"{reason} (CI=true: every example must run)")
+    pytest.skip(reason)
+
+
 def run(example: Example, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    require_toolchain(example.folder.name)
     for needed in (TSX, RUST_CLIENT):
         if example.command[0] == str(needed) and not needed.exists():
             pytest.fail(f"{needed} is missing: run `make examples-deps` first")
@@ -178,6 +196,7 @@ def test_client_prints_readiness_metadata_and_the_models_answers(
 
 
 def test_typescript_examples_typecheck() -> None:
+    require_toolchain("typescript")
     if not TSC.exists():
         pytest.fail(f"{TSC} is missing: run `make examples-deps` first")
     done = subprocess.run([str(TSC), "--noEmit"], cwd=EXAMPLES / "typescript",
