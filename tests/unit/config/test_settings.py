@@ -1,7 +1,7 @@
 """load_config on real files (config/settings.py): defaults, resolution, inheritance, units,
-the file's own failures and the limits of [server]. (Environment overrides: test_env.py;
-problems' keys and lines: test_lines.py; cross-field checks: test_checks.py; [auth]:
-test_auth.py.)"""
+the file's own failures, and the limits and metrics keys of [server]. (Environment
+overrides: test_env.py; problems' keys and lines: test_lines.py; cross-field checks:
+test_checks.py; [auth]: test_auth.py.)"""
 
 from __future__ import annotations
 
@@ -353,3 +353,23 @@ def test_a_connection_limit_out_of_range_names_the_key_and_the_line(
     key = line.split(" = ")[0]
     assert problem.startswith(f"{path}:2: server.{key}: "), problem
     assert wanted in problem, problem
+
+
+# --- [server.metrics] -----------------------------------------------------------------------------
+
+
+def test_server_metrics_is_on_and_per_model_by_default_and_each_key_can_be_turned_off() -> None:
+    assert parse_config({}).server.metrics.enabled is True
+    assert parse_config({}).server.metrics.per_model is True
+    off = parse_config({"server": {"metrics": {"enabled": False, "per_model": False}}})
+    assert (off.server.metrics.enabled, off.server.metrics.per_model) == (False, False)
+
+
+def test_a_wrong_server_metrics_key_is_a_problem_naming_key_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text('[server.metrics]\nper_model = "no"\nscrape = true\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    problems = "\n".join(info.value.problems)
+    assert "models.toml:2: server.metrics.per_model" in problems
+    assert "models.toml:3: server.metrics.scrape" in problems

@@ -1,21 +1,17 @@
-"""Prometheus metrics in process: events published on a real bus, the registry rendered and
-parsed back with prometheus_client's own parser, and exact values read from it."""
+"""Prometheus metrics in process (api/metrics/prometheus.py): events published on a real bus,
+the registry rendered and parsed back with prometheus_client's own parser, and exact values
+read from it. (Gauges from the snapshot: test_gauges.py; histograms: test_sums.py; the
+[server.metrics] keys: tests/unit/config/test_settings.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from pathlib import Path
 
 import prometheus_client
 import pytest
-from onnx_models import write_mlp
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_samples import MODELS, Samples, metrics_on, samples, series, value
 
-from snoozeml.api.metrics.gauges import ModelLabels, gauge_families
-from snoozeml.api.metrics.prometheus import DURATION_BUCKETS, Histogram, Metrics
-from snoozeml.config.settings import load_config, parse_config
+from snoozeml.api.metrics.prometheus import Metrics
 from snoozeml.engine.events import (
     BatchRun,
     EventBus,
@@ -35,51 +31,8 @@ from snoozeml.engine.events import (
     RequestFinished,
     Unloaded,
 )
-from snoozeml.engine.observe.snapshots import StatusSnapshot
-from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
-from snoozeml.errors import ConfigError
 from snoozeml.operations import Operation
-
-MODELS = ("mlp", "other")
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def samples(text: bytes | str) -> Samples:
-    """Every sample of an exposition, keyed by (sample name, its labels)."""
-    if isinstance(text, bytes):
-        text = text.decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(found: Samples, name: str, **labels: str) -> float:
-    return found[(name, frozenset(labels.items()))]
-
-
-def series(found: Samples, name: str) -> list[dict[str, str]]:
-    return [dict(labels) for sample, labels in found if sample == name]
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[InferenceService]:
-    write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
-    config = parse_config({"models": [{"name": name, "path": "mlp.onnx", "device": "cpu"}
-                                      for name in MODELS]},
-                          source=tmp_path / "models.toml")
-    manager = ModelManager(config)
-    yield InferenceService(manager)
-    manager.loader.shutdown()
-
-
-def metrics_on(bus: EventBus, snapshot: Callable[[], StatusSnapshot],
-               per_model: bool = True) -> Metrics:
-    metrics = Metrics(MODELS, snapshot, per_model)
-    metrics.subscribe(bus)
-    return metrics
 
 
 def finished(operation: Operation, model: str | None, status: int, seconds: float,
@@ -333,58 +286,6 @@ def test_a_scrape_formats_off_the_loop_what_render_gives_on_it(
     assert {name for name, _ in scraped} == {name for name, _ in rendered}
 
 
-# --- read from the snapshot -------------------------------------------------------------------
-
-
-def test_gauges_show_each_models_state_replicas_memory_and_the_devices_budget(
-    service: InferenceService,
-) -> None:
-    metrics = metrics_on(service.events, service.snapshot)
-
-    async def load_mlp() -> bytes:
-        await service.load("mlp", None)
-        try:
-            return metrics.render()
-        finally:
-            await service.manager.shutdown()
-
-    found = samples(asyncio.run(load_mlp()))
-
-    states = {labels["state"]: value(found, "snooze_model_state", **labels)
-              for labels in series(found, "snooze_model_state") if labels["model"] == "mlp"}
-    assert states == {"UNLOADED": 0, "LOADING": 0, "READY": 1, "UNLOADING": 0, "FAILED": 0}
-    assert value(found, "snooze_model_state", model="other", state="UNLOADED") == 1
-    assert value(found, "snooze_replicas", model="mlp") == 1
-    assert value(found, "snooze_replicas", model="other") == 0
-    held = value(found, "snooze_model_memory_bytes", model="mlp", device="cpu")
-    assert held > 0
-    assert value(found, "snooze_model_memory_bytes", model="other", device="cpu") == 0
-    assert value(found, "snooze_device_memory_used_bytes", device="cpu") == held
-    assert value(found, "snooze_device_memory_budget_bytes", device="cpu") > held
-    assert value(found, "snooze_queue_depth", model="mlp") == 0
-    assert value(found, "snooze_inflight_requests", model="mlp") == 0
-    assert value(found, "snooze_model_loads_total", model="mlp", result="ok") == 1
-
-
-def test_queue_and_in_flight_gauges_add_up_when_folded(service: InferenceService) -> None:
-    snapshot = service.snapshot()
-    busy = replace(snapshot, models=tuple(
-        replace(model, queued=3 + i, in_flight=5 + i) for i, model in enumerate(snapshot.models)
-    ))
-
-    def gauges(per_model: bool) -> Samples:
-        families = gauge_families(busy, ModelLabels(MODELS, per_model))
-        return {(s.name, frozenset(s.labels.items())): s.value
-                for family in families for s in family.samples}
-
-    each, folded = gauges(True), gauges(False)
-
-    assert value(each, "snooze_queue_depth", model="mlp") == 3
-    assert value(each, "snooze_inflight_requests", model="other") == 6
-    assert value(folded, "snooze_queue_depth", model="") == 7
-    assert value(folded, "snooze_inflight_requests", model="") == 11
-
-
 # --- the registry -----------------------------------------------------------------------------
 
 
@@ -402,34 +303,3 @@ def test_the_registry_is_the_daemons_own_with_the_process_and_python_collectors(
     globally = samples(prometheus_client.generate_latest(prometheus_client.REGISTRY))
     assert not any(name.startswith("snooze_") for name, _ in globally)
     assert metrics.content_type == prometheus_client.CONTENT_TYPE_LATEST
-
-
-def test_a_histogram_counts_each_value_in_the_first_bucket_whose_bound_holds_it() -> None:
-    histogram = Histogram((1.0, 2.0))
-    for observed in (0.5, 1.0, 1.5, 2.0, 7.0):
-        histogram.observe(observed)
-
-    assert histogram.buckets() == [("1.0", 2), ("2.0", 4), ("+Inf", 5)]
-    assert histogram.total == 12.0
-    assert DURATION_BUCKETS[0] == 0.0005
-    assert DURATION_BUCKETS[-1] == 30.0
-
-
-# --- configuration ----------------------------------------------------------------------------
-
-
-def test_server_metrics_is_on_and_per_model_by_default_and_each_key_can_be_turned_off() -> None:
-    assert parse_config({}).server.metrics.enabled is True
-    assert parse_config({}).server.metrics.per_model is True
-    off = parse_config({"server": {"metrics": {"enabled": False, "per_model": False}}})
-    assert (off.server.metrics.enabled, off.server.metrics.per_model) == (False, False)
-
-
-def test_a_wrong_server_metrics_key_is_a_problem_naming_key_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "models.toml"
-    path.write_text('[server.metrics]\nper_model = "no"\nscrape = true\n')
-    with pytest.raises(ConfigError) as info:
-        load_config(path, environ={})
-    problems = "\n".join(info.value.problems)
-    assert "models.toml:2: server.metrics.per_model" in problems
-    assert "models.toml:3: server.metrics.scrape" in problems
