@@ -1,14 +1,17 @@
-"""The checks of models.toml that look at more than one field (config/settings.py runs them on the
-raw
-tables, so that every problem is reported in one go, whatever else is wrong)."""
+"""The checks of models.toml that its types alone don't make: those that look at more than one
+field, or at the disk. config/settings.py runs them on the raw tables, so that every problem is
+reported in one go, whatever else is wrong."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-_REPLICA_DEVICE = re.compile(r"^(cpu|mps|cuda:\d+)$")
+_REPLICA_DEVICE = re.compile(r"^(cpu|mps|cuda:\d+)$")  # a device a replica goes to
+_MODEL_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")  # a model's `device`: may choose
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 Problem = Callable[[tuple[str | int, ...], str], None]
 
@@ -57,3 +60,70 @@ def check_ports(
     if modelmesh_port and clash is not None:
         problem(("server", "modelmesh_port"), f"{modelmesh_port} is also {clash}: ModelMesh's "
                 "SPI listens on a port of its own", origin)
+
+
+def check_models(raw: dict[str, Any], base: Path, gpus: Sequence[str] | None,
+                 problem: Problem) -> list[str | None]:
+    """The checks of `[server.replicas]` and of each `[[models]]` entry that the types alone
+    don't make; returns each entry's format as its path shows it (None where the entry names
+    it, or it can't be told)."""
+    server_raw = raw.get("server")
+    server_replicas: dict[str, Any] = {}
+    if isinstance(server_raw, dict) and isinstance(server_raw.get("replicas"), dict):
+        server_replicas = server_raw["replicas"]
+        check_min_max(server_replicas, {}, ("server", "replicas"), problem)
+    raw_models = raw.get("models")
+    formats: list[str | None] = []
+    seen: dict[str, int] = {}  # model name -> its first entry
+    for i, entry in enumerate(raw_models if isinstance(raw_models, list) else []):
+        formats.append(None)
+        if not isinstance(entry, dict):
+            continue
+        _check_model(i, entry, seen, server_replicas, gpus, problem)
+        formats[i] = _found_format(i, entry, base, problem)
+    return formats
+
+
+def _check_model(i: int, entry: dict[str, Any], seen: dict[str, int],
+                 server_replicas: dict[str, Any], gpus: Sequence[str] | None,
+                 problem: Problem) -> None:
+    name = entry.get("name")
+    if isinstance(name, str):
+        if not MODEL_NAME.match(name):
+            problem(("models", i, "name"), f"invalid model name {name!r} (letters, "
+                    "digits, '_', '-', '.'; starting with a letter or digit)")
+        if name in seen:
+            problem(("models", i, "name"), f"duplicate model name {name!r} "
+                    f"(first defined as models[{seen[name]}])")
+        seen.setdefault(name, i)
+    device = entry.get("device")
+    if isinstance(device, str) and not _MODEL_DEVICE.match(device):
+        problem(("models", i, "device"), f"invalid device {device!r} "
+                "(expected auto, cpu, cuda, cuda:N or mps)")
+    replicas = entry.get("replicas")
+    if isinstance(replicas, dict):
+        check_devices(replicas.get("devices"), gpus, ("models", i, "replicas", "devices"),
+                      problem)
+    check_min_max(replicas if isinstance(replicas, dict) else {}, server_replicas,
+                  ("models", i, "replicas"), problem)
+
+
+def _found_format(i: int, entry: dict[str, Any], base: Path, problem: Problem) -> str | None:
+    """The format the entry's path shows, when the entry names none: a problem when the path
+    does not exist, or shows none."""
+    raw_path = entry.get("path")
+    if not isinstance(raw_path, str):
+        return None
+    path = Path(raw_path) if Path(raw_path).is_absolute() else base / raw_path
+    if not path.exists():
+        problem(("models", i, "path"), f"no such file or folder: {path}")
+        return None
+    if entry.get("format") is not None:
+        return None
+    if path.is_file() and path.suffix == ".onnx":
+        return "onnx"
+    if path.is_dir() or path.suffix == ".safetensors":
+        return "torch"
+    problem(("models", i, "path"), f"cannot tell the format of {path} "
+            "(expected a .onnx file, a .safetensors file or a model folder)")
+    return None

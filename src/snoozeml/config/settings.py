@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from snoozeml.config.auth import AuthConfig, check_auth, resolve_paths
-from snoozeml.config.checks import check_devices, check_min_max, check_ports
+from snoozeml.config.checks import MODEL_NAME, check_models, check_ports
 from snoozeml.config.env import apply_env
 from snoozeml.config.lines import describe, dotted, index_lines, line_of, problem_line
 from snoozeml.errors import ConfigError
@@ -43,9 +43,6 @@ Size = Annotated[int, BeforeValidator(lambda v: parse_size(v)), Field(ge=1)]
 Budget = Annotated[
     float | int, BeforeValidator(lambda v: parse_size(v, allow_percent=True)), Field(gt=0)
 ]
-
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 def _non_empty_path(value: object) -> object:
@@ -257,14 +254,7 @@ def parse_config(
         via = f" (from ${origin})" if origin else ""
         problems.append(f"{where}: {dotted(loc)}{via}: {message}")
 
-    server_raw = raw.get("server", {})
-    origins: dict[str, str] = {}
-    if isinstance(server_raw, dict):
-        server_raw = dict(server_raw)
-        if isinstance(server_raw.get("memory"), dict):
-            server_raw["memory"] = dict(server_raw["memory"])
-        origins = apply_env(server_raw, environ)
-        raw = {**raw, "server": server_raw}
+    raw, origins = _with_env(raw, environ)
     config: Config | None = None
     try:
         config = Config.model_validate(raw)
@@ -276,51 +266,7 @@ def parse_config(
     # The checks that need more than one field run on the raw tables, so that every problem
     # is reported in one go, whatever else is wrong.
     base = source.parent if source else Path.cwd()
-    raw_models = raw.get("models")
-    server_replicas: dict[str, Any] = {}
-    if isinstance(server_raw, dict) and isinstance(server_raw.get("replicas"), dict):
-        server_replicas = server_raw["replicas"]
-        check_min_max(server_replicas, {}, ("server", "replicas"), problem)
-    formats: list[str | None] = []
-    seen: dict[str, int] = {}
-    for i, entry in enumerate(raw_models if isinstance(raw_models, list) else []):
-        formats.append(None)
-        if not isinstance(entry, dict):
-            continue
-        name = entry.get("name")
-        if isinstance(name, str):
-            if not _NAME.match(name):
-                problem(("models", i, "name"), f"invalid model name {name!r} (letters, "
-                        "digits, '_', '-', '.'; starting with a letter or digit)")
-            if name in seen:
-                problem(("models", i, "name"), f"duplicate model name {name!r} "
-                        f"(first defined as models[{seen[name]}])")
-            seen.setdefault(name, i)
-        device = entry.get("device")
-        if isinstance(device, str) and not _DEVICE.match(device):
-            problem(("models", i, "device"), f"invalid device {device!r} "
-                    "(expected auto, cpu, cuda, cuda:N or mps)")
-        replicas = entry.get("replicas")
-        if isinstance(replicas, dict):
-            check_devices(replicas.get("devices"), gpus, ("models", i, "replicas", "devices"),
-                           problem)
-        check_min_max(replicas if isinstance(replicas, dict) else {}, server_replicas,
-                       ("models", i, "replicas"), problem)
-        raw_path = entry.get("path")
-        if not isinstance(raw_path, str):
-            continue
-        path = Path(raw_path) if Path(raw_path).is_absolute() else base / raw_path
-        fmt = entry.get("format")
-        if not path.exists():
-            problem(("models", i, "path"), f"no such file or folder: {path}")
-        elif fmt is None:
-            if path.is_file() and path.suffix == ".onnx":
-                formats[i] = "onnx"
-            elif path.is_dir() or path.suffix == ".safetensors":
-                formats[i] = "torch"
-            else:
-                problem(("models", i, "path"), f"cannot tell the format of {path} "
-                        "(expected a .onnx file, a .safetensors file or a model folder)")
+    formats = check_models(raw, base, gpus, problem)
     check_auth(raw.get("auth"), environ, base, problem)
     if config is not None:
         server = config.server
@@ -329,7 +275,26 @@ def parse_config(
     if problems or config is None:
         problems.sort(key=problem_line)
         raise ConfigError(problems)
+    return _resolved(config, base, formats, source)
 
+
+def _with_env(raw: dict[str, Any], environ: Mapping[str, str]) -> tuple[dict[str, Any],
+                                                                        dict[str, str]]:
+    """`raw` with the `SNOOZE_*` overrides applied to copies of its `[server]` tables, and
+    where each overridden key came from (`server.http_port` -> `SNOOZE_HTTP_PORT`)."""
+    server_raw = raw.get("server", {})
+    if not isinstance(server_raw, dict):
+        return raw, {}
+    server_raw = dict(server_raw)
+    if isinstance(server_raw.get("memory"), dict):
+        server_raw["memory"] = dict(server_raw["memory"])
+    origins = apply_env(server_raw, environ)
+    return {**raw, "server": server_raw}, origins
+
+
+def _resolved(config: Config, base: Path, formats: list[str | None],
+              source: Path | None) -> Config:
+    """The valid config as the engine takes it: paths absolute, models filled in."""
     models = [resolve_model(model, config.server, base, formats[i])
               for i, model in enumerate(config.models)]
     auth = resolve_paths(config.auth, base) if config.auth is not None else None
@@ -363,4 +328,4 @@ def resolve_model(
 
 
 def valid_model_name(name: str) -> bool:
-    return bool(_NAME.fullmatch(name))
+    return bool(MODEL_NAME.fullmatch(name))

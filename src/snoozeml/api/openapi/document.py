@@ -116,13 +116,18 @@ def _infer() -> Schema:
                parameters=[binary_header, encoding], requestBody=body)
 
 
-def paths() -> dict[str, Schema]:
+def _health_operations() -> dict[str, Schema]:
     live = _op("server_live", "The process is up",
                answer("Always, while the process answers", obj(live={"enum": [True]})),
                tag="health", security=PUBLIC)
     ready = _op("server_ready", "The server takes requests (models may be cold)",
                 answer("Ready", obj(ready={"enum": [True]})), tag="health", security=PUBLIC)
     ready["responses"]["503"] = answer("Shutting down", obj(ready={"enum": [False]}))
+    return {"live": live, "ready": ready}
+
+
+def _model_operations() -> dict[str, Schema]:
+    """The server's and each model's metadata, readiness and statistics."""
     metadata = _op("server_metadata", "Server metadata",
                    answer("Name, version, extensions", ref("ServerMetadata")), tag="metadata")
     model_metadata = _op("model_metadata", "Model metadata (the first request loads the model)",
@@ -131,7 +136,15 @@ def paths() -> dict[str, Schema]:
     model_ready = _op("model_ready", "Whether the model can serve (all but FAILED)",
                       answer("Ready", ref("ModelReady")), "404", tag="metadata")
     model_ready["responses"]["503"] = answer("The model is FAILED", ref("ModelReady"))
-    infer = _infer()
+    stats = _op("model_stats", "Triton's statistics extension",
+                answer("Counts and summed durations", ref("Statistics")), "404", tag="metadata")
+    every_stats = {**stats, "summary": "Triton's statistics extension, every model"}
+    every_stats["responses"] = {k: v for k, v in stats["responses"].items() if k != "404"}
+    return {"metadata": metadata, "model_metadata": model_metadata, "model_ready": model_ready,
+            "stats": stats, "every_stats": every_stats}
+
+
+def _repository_operations() -> dict[str, Schema]:
     index = _op("repository_index", "Every model (configured or added) and its state",
                 answer("The models, in config order", array(ref("IndexEntry"))), "400", "413",
                 tag="repository", requestBody={"required": False, "content": {
@@ -151,10 +164,10 @@ def paths() -> dict[str, Schema]:
     unload = _op("repository_unload", "Unload the model now; answers once it is UNLOADED "
                  "(a model added by path is forgotten too)",
                  answer("Unloaded", obj()), "404", tag="repository")
-    stats = _op("model_stats", "Triton's statistics extension",
-                answer("Counts and summed durations", ref("Statistics")), "404", tag="metadata")
-    every_stats = {**stats, "summary": "Triton's statistics extension, every model"}
-    every_stats["responses"] = {k: v for k, v in stats["responses"].items() if k != "404"}
+    return {"index": index, "load": load, "unload": unload}
+
+
+def _admin_operations() -> dict[str, Schema]:
     status = _op("admin_status", "State, timers, memory and counters of every model",
                  answer("The status", ref("AdminStatus")), tag="admin")
     metrics = _op("metrics", "Prometheus metrics (public with `[auth] metrics_public`)",
@@ -162,32 +175,38 @@ def paths() -> dict[str, Schema]:
     metrics["responses"]["404"] = _error("Metrics are off (`[server.metrics] enabled = false`).")
     openapi = _op("openapi", "This document", answer("OpenAPI 3.0", {"type": "object"}),
                   tag="metadata")
+    return {"status": status, "metrics": metrics, "openapi": openapi}
+
+
+def paths() -> dict[str, Schema]:
+    op = {**_health_operations(), **_model_operations(), "infer": _infer(),
+          **_repository_operations(), **_admin_operations()}
     versioned = "/v2/models/{name}/versions/{version}"
     return {
-        "/v2/health/live": get_op(live),
-        "/health/live": get_op(live, "_short"),
-        "/v2/health/ready": get_op(ready),
-        "/health/ready": get_op(ready, "_short"),
-        "/v2": get_op(metadata),
-        "/v2/models/{name}": _model(get_op(model_metadata)),
-        versioned: _model(get_op(model_metadata, "_versioned"), versioned=True),
-        "/v2/models/{name}/ready": _model(get_op(model_ready)),
-        versioned + "/ready": _model(get_op(model_ready, "_versioned"), versioned=True),
-        "/v2/models/{name}/infer": _model(post_op(infer)),
-        versioned + "/infer": _model(post_op(infer, "_versioned"), versioned=True),
-        "/v2/repository/index": post_op(index),
-        "/v2/repository/models/{name}/load": _model(post_op(load)),
+        "/v2/health/live": get_op(op["live"]),
+        "/health/live": get_op(op["live"], "_short"),
+        "/v2/health/ready": get_op(op["ready"]),
+        "/health/ready": get_op(op["ready"], "_short"),
+        "/v2": get_op(op["metadata"]),
+        "/v2/models/{name}": _model(get_op(op["model_metadata"])),
+        versioned: _model(get_op(op["model_metadata"], "_versioned"), versioned=True),
+        "/v2/models/{name}/ready": _model(get_op(op["model_ready"])),
+        versioned + "/ready": _model(get_op(op["model_ready"], "_versioned"), versioned=True),
+        "/v2/models/{name}/infer": _model(post_op(op["infer"])),
+        versioned + "/infer": _model(post_op(op["infer"], "_versioned"), versioned=True),
+        "/v2/repository/index": post_op(op["index"]),
+        "/v2/repository/models/{name}/load": _model(post_op(op["load"])),
         "/v2/repository/models/{name}/versions/{version}/load":
-            _model(post_op(load, "_versioned"), versioned=True),
-        "/v2/repository/models/{name}/unload": _model(post_op(unload)),
+            _model(post_op(op["load"], "_versioned"), versioned=True),
+        "/v2/repository/models/{name}/unload": _model(post_op(op["unload"])),
         "/v2/repository/models/{name}/versions/{version}/unload":
-            _model(post_op(unload, "_versioned"), versioned=True),
-        "/v2/models/stats": get_op(every_stats, "_all"),
-        "/v2/models/{name}/stats": _model(get_op(stats)),
-        versioned + "/stats": _model(get_op(stats, "_versioned"), versioned=True),
-        "/admin/status": get_op(status),
-        "/metrics": get_op(metrics),
-        "/openapi.json": get_op(openapi),
+            _model(post_op(op["unload"], "_versioned"), versioned=True),
+        "/v2/models/stats": get_op(op["every_stats"], "_all"),
+        "/v2/models/{name}/stats": _model(get_op(op["stats"])),
+        versioned + "/stats": _model(get_op(op["stats"], "_versioned"), versioned=True),
+        "/admin/status": get_op(op["status"]),
+        "/metrics": get_op(op["metrics"]),
+        "/openapi.json": get_op(op["openapi"]),
         **openapi_openai.paths(),
     }
 
@@ -203,7 +222,7 @@ def _request_parameters(**known: Schema) -> Schema:
             "description": "Name to value; names not listed here are accepted and ignored."}
 
 
-def schemas() -> dict[str, Schema]:
+def _infer_request() -> Schema:
     shared_memory = {"description": "Shared memory is not supported: any value is a 501."}
     tensor = {
         "type": "object", "required": ["name", "shape", "datatype"],
@@ -231,6 +250,22 @@ def schemas() -> dict[str, Schema]:
             shared_memory_region=shared_memory,
             classification={"description": "Not supported: any value is a 501."}),
     }}
+    return {
+        "type": "object", "required": ["inputs"],
+        "properties": {
+            "id": nullable(STR),
+            "parameters": _request_parameters(
+                timeout={**nullable(COUNT), "maximum": 2**64 - 1, "description": "Microseconds "
+                         "the request may wait in the batch queue (0: no limit); then a 503."},
+                binary_data_output={"description": "true: every output binary (unless "
+                                    "its own `binary_data` says otherwise)."}),
+            "inputs": {"type": "array", "minItems": 1, "items": tensor},
+            "outputs": {"type": "array", "nullable": True, "items": output},
+        },
+    }
+
+
+def _infer_response() -> Schema:
     out_tensor = {
         "type": "object", "required": ["name", "datatype", "shape"],
         "additionalProperties": False,
@@ -242,6 +277,16 @@ def schemas() -> dict[str, Schema]:
         "description": "Flat row-major `data`, or (a binary output) `binary_data_size`. A "
                        "NaN or infinite float has no JSON form and is sent as null.",
     }
+    return {
+        "type": "object", "required": ["model_name", "model_version", "outputs"],
+        "additionalProperties": False,
+        "properties": {"model_name": STR, "model_version": STR, "id": STR,
+                       "outputs": array(out_tensor)},
+    }
+
+
+def _model_status() -> Schema:
+    """One model in /admin/status."""
     replica = obj(index=COUNT, device=STR, state={"enum": ["loading", "ready", "draining"]},
                    in_flight=COUNT, queued=COUNT, inline=BOOL, batches=COUNT, requests=COUNT,
                    measured_bytes=nullable(COUNT), loaded_at=nullable(TIME))
@@ -255,7 +300,7 @@ def schemas() -> dict[str, Schema]:
                     mean_requests_per_batch=mean, mean_rows_per_batch=mean,
                     largest_batch=COUNT, mean_queue_wait_ms=mean, mean_run_ms=mean,
                     **counts("queue_timeouts", "queue_full", "dropped"))
-    model_status = obj(
+    return obj(
         name=STR, origin={"enum": ["config", "repository", "modelmesh"]},
         format=nullable(STR), device=STR, pinned=BOOL, state=ref("State"), reason=STR,
         replicas=COUNT, replica_details=array(replica), scaling=scaling, in_flight=COUNT,
@@ -263,8 +308,26 @@ def schemas() -> dict[str, Schema]:
         idle_timeout_s=nullable(SECONDS), predicted_bytes=nullable(COUNT),
         measured_bytes=nullable(COUNT), resident_bytes=COUNT, last_load_ms=mean,
         **counts("loads", "load_failures", "requests", "errors"), batching=batching)
+
+
+def _admin_status() -> Schema:
     by_name = {"type": "object", "additionalProperties": COUNT}
-    model_stats = obj(
+    return obj(
+        server=obj(name=STR, version=STR, started_at=TIME, uptime_s=SECONDS,
+                    draining=BOOL),
+        devices=array(obj(name=STR, **counts(
+            "total_bytes", "budget_bytes", "used_bytes", "reserved_bytes",
+            "process_bytes"))),
+        evictions=by_name, auth_refusals=by_name,
+        recent_events=array(obj(time=TIME, kind=STR, model=nullable(STR), detail=STR)),
+        models=array(_model_status()),
+        process=obj(pid=COUNT, rss_bytes=COUNT, open_fds=nullable(COUNT),
+                    threads=nullable(COUNT), asyncio_tasks=nullable(COUNT)))
+
+
+def _model_statistics() -> Schema:
+    """One model in Triton's statistics extension."""
+    return obj(
         name=STR, version=STR, last_inference=COUNT, inference_count=COUNT,
         execution_count=COUNT,
         inference_stats=obj(**dict.fromkeys(
@@ -274,6 +337,9 @@ def schemas() -> dict[str, Schema]:
                                 compute_infer=_DURATION, compute_output=_DURATION)),
         memory_usage={"type": "array", "maxItems": 0},
         response_stats={"type": "object", "maxProperties": 0})
+
+
+def schemas() -> dict[str, Schema]:
     return {
         "Error": obj(error=STR),
         "Datatype": {"enum": DATATYPES},
@@ -287,38 +353,11 @@ def schemas() -> dict[str, Schema]:
                               outputs=array(ref("TensorMetadata"))),
         "ModelReady": obj(name=STR, ready=BOOL),
         "TensorData": {"anyOf": [_SCALAR, array({"$ref": "#/components/schemas/TensorData"})]},
-        "InferRequest": {
-            "type": "object", "required": ["inputs"],
-            "properties": {
-                "id": nullable(STR),
-                "parameters": _request_parameters(
-                    timeout={**nullable(COUNT), "maximum": 2**64 - 1, "description": "Microseconds "
-                             "the request may wait in the batch queue (0: no limit); then a 503."},
-                    binary_data_output={"description": "true: every output binary (unless "
-                                        "its own `binary_data` says otherwise)."}),
-                "inputs": {"type": "array", "minItems": 1, "items": tensor},
-                "outputs": {"type": "array", "nullable": True, "items": output},
-            },
-        },
-        "InferResponse": {
-            "type": "object", "required": ["model_name", "model_version", "outputs"],
-            "additionalProperties": False,
-            "properties": {"model_name": STR, "model_version": STR, "id": STR,
-                           "outputs": array(out_tensor)},
-        },
+        "InferRequest": _infer_request(),
+        "InferResponse": _infer_response(),
         "IndexEntry": obj(name=STR, version=STR, state=ref("State"), reason=STR),
-        "Statistics": obj(model_stats=array(model_stats)),
-        "AdminStatus": obj(
-            server=obj(name=STR, version=STR, started_at=TIME, uptime_s=SECONDS,
-                        draining=BOOL),
-            devices=array(obj(name=STR, **counts(
-                "total_bytes", "budget_bytes", "used_bytes", "reserved_bytes",
-                "process_bytes"))),
-            evictions=by_name, auth_refusals=by_name,
-            recent_events=array(obj(time=TIME, kind=STR, model=nullable(STR), detail=STR)),
-            models=array(model_status),
-            process=obj(pid=COUNT, rss_bytes=COUNT, open_fds=nullable(COUNT),
-                        threads=nullable(COUNT), asyncio_tasks=nullable(COUNT))),
+        "Statistics": obj(model_stats=array(_model_statistics())),
+        "AdminStatus": _admin_status(),
     }
 
 
