@@ -10,13 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from daemon import Daemon, write_config
-from oip_http import output
-from onnx_models import LoopModel, reference_session, write_big_model, write_loop_model
-
-# Other test modules import these from here (`from conftest import output, session_of`);
-# they live in oip_http.py and onnx_models.py.
-session_of = reference_session
-__all__ = ["output", "session_of"]
+from onnx_models import LoopModel, write_big_model, write_loop_model
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,7 @@ from daemon import Daemon
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from onnx_models import write_mlp
+from snooze_command import new_key
 
 from snoozeml.auth.authenticator import required_role
 from snoozeml.operations import OPERATIONS, Operation
@@ -46,17 +47,6 @@ ROLES = ("readonly", "inference", "admin")
 RANK = {None: -1, "readonly": 0, "inference": 1, "admin": 2}
 ISSUER = "https://issuer.example"
 AUDIENCE = "snoozeml"
-
-
-def new_key(role: str, name: str) -> tuple[str, str]:
-    """A key from `snooze keys new`, and the config entry it printed (its hash only)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "snoozeml", "keys", "new", "--role", role, "--name", name],
-        check=True, capture_output=True, text=True).stdout
-    key = next(word for word in out.split() if word.startswith("snz_"))
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    assert digest in out
-    return key, f'{{ name = "{name}", role = "{role}", sha256 = "{digest}" }}'
 
 
 class Keys:

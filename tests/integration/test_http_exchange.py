@@ -19,7 +19,7 @@ import pytest
 from daemon import Daemon
 from onnx_models import SERVED, reference_session, write_mlp
 from prometheus_client.parser import text_string_to_metric_families
-from test_limits import closed_by_server, read_response
+from raw_http import closed_by_server, read_response
 
 LIMIT = 4096
 CONFIG = f"""

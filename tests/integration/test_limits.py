@@ -19,6 +19,7 @@ import psutil
 import pytest
 from daemon import Daemon, write_config
 from onnx_models import write_mlp
+from raw_http import closed_by_server, read_response
 
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
@@ -75,32 +76,6 @@ def request(target: str = "/v2/health/live", headers: list[tuple[str, str]] | No
     lines = [f"{method} {target} HTTP/1.1"]
     lines += [f"{name}: {value}" for name, value in headers or [("Host", "x")]]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One whole response: status, headers (lower-case names) and body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed before a whole response: {data!r}"
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {name.lower(): value.strip()
-               for name, value in (line.split(":", 1) for line in lines)}
-    while len(body) < int(headers.get("content-length", "0")):
-        chunk = sock.recv(65536)
-        assert chunk, "closed inside a body"
-        body += chunk
-    return int(status_line.split()[1]), headers, body
-
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """Whether the server ends the connection (end of file) before WAIT runs out."""
-    try:
-        return sock.recv(65536) == b""
-    except ConnectionResetError:
-        return True
 
 
 def assert_refused(sock: socket.socket, status: int, words: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ from daemon import Daemon, write_config
 from onnx_models import write_mlp
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
-from test_auth_daemon import new_key
+from snooze_command import new_key
 
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc

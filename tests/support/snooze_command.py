@@ -1,9 +1,10 @@
 """The `snooze` command run for real (`python -m snoozeml`) in a folder, the models.toml it
-reads, and the authenticator that config builds: what the CLI tests of `snooze keys` and
-`snooze token` share."""
+reads, the authenticator that config builds, and a key made by `snooze keys new`: what the
+CLI tests of `snooze keys` and `snooze token` and the daemon tests with auth share."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -29,3 +30,14 @@ def write(directory: Path, body: str) -> Path:
 
 def authenticator(path: Path, environ: dict[str, str]) -> Authenticator:
     return Authenticator.from_config(load_config(path, environ).auth, environ)
+
+
+def new_key(role: str, name: str) -> tuple[str, str]:
+    """A key from `snooze keys new`, and the config entry it printed (its hash only)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "snoozeml", "keys", "new", "--role", role, "--name", name],
+        check=True, capture_output=True, text=True).stdout
+    key = next(word for word in out.split() if word.startswith("snz_"))
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    assert digest in out
+    return key, f'{{ name = "{name}", role = "{role}", sha256 = "{digest}" }}'
