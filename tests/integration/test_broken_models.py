@@ -1,8 +1,8 @@
 """Broken model files and a disk that changes under the daemon (issue 15, part 4).
 
-Every file of the corpus in tests/broken_models.py goes FAILED with a reason that names the file
-and what is wrong with it, the daemon never crashes, and the healthy model beside them keeps
-serving. A model file replaced or deleted while its model is unloaded is picked up (or
+Every file of the corpus in tests/support/broken_models.py goes FAILED with a reason that names
+the file and what is wrong with it, the daemon never crashes, and the healthy model beside them
+keeps serving. A model file replaced or deleted while its model is unloaded is picked up (or
 reported) at the next load, weights cache or not.
 """
 

@@ -1,5 +1,6 @@
-"""`snooze pull` end to end, against a Hub-compatible server on 127.0.0.1 (tests/fake_hub.py)
-that huggingface_hub reaches through HF_ENDPOINT: nothing here touches the internet.
+"""`snooze pull` end to end, against a Hub-compatible server on 127.0.0.1
+(tests/support/fake_hub.py) that huggingface_hub reaches through HF_ENDPOINT: nothing here
+touches the internet.
 
 Every pull is a real `python -m snoozeml pull` process; the daemon is the real `snooze serve`,
 answering the pulled ONNX model with onnxruntime and the pulled BERT with PyTorch.
