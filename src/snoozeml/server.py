@@ -20,7 +20,6 @@ import grpc
 import uvicorn
 
 from snoozeml.api.boundary import RequestBoundary
-from snoozeml.api.grpc.modelmesh import create_modelmesh_server
 from snoozeml.api.grpc.server import create_grpc_server
 from snoozeml.api.http.fastpath import InferenceRoute
 from snoozeml.api.http.protocol import HttpLimits, limited_protocol
@@ -29,7 +28,6 @@ from snoozeml.api.metrics.prometheus import Metrics
 from snoozeml.auth.authenticator import Authenticator
 from snoozeml.config.settings import Config
 from snoozeml.engine.events import EventBus
-from snoozeml.engine.modelmesh import MeshRuntime
 from snoozeml.engine.observe.log_lines import subscribe_logs
 from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
@@ -215,7 +213,11 @@ class Daemon:
 
     def _modelmesh_server(self) -> grpc.aio.Server:
         """ModelMesh's model-runtime SPI on its own port, bound (OSError or RuntimeError when
-        the port cannot be had)."""
+        the port cannot be had). Its modules are imported here: without `modelmesh_port`
+        they cost nothing."""
+        from snoozeml.api.grpc.modelmesh import create_modelmesh_server
+        from snoozeml.engine.modelmesh import MeshRuntime
+
         server = self.config.server
         port = server.modelmesh_port or 0
         bind_socket(server.modelmesh_host, port).close()  # the OS's words

@@ -1,10 +1,16 @@
-"""Auth off is said at every start, louder when the daemon listens beyond loopback."""
+"""Auth off is said at every start, louder when the daemon listens beyond loopback; a start
+loads nothing a configuration does not use."""
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from onnx_models import write_mlp
 
 from snoozeml.auth.authenticator import Authenticator
 from snoozeml.server import _warn_if_open
@@ -36,3 +42,52 @@ def test_auth_on_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="snoozeml"):
         _warn_if_open(auth, "0.0.0.0")
     assert not [r for r in caplog.records if "auth_disabled" in r.getMessage()]
+
+
+# Imported only when a configuration, or a request, needs them: [auth.jwt] (PyJWT and
+# cryptography), a text or torch model, a model added by path (the Hub package), ModelMesh,
+# the first GET /openapi.json; `snooze monitor` and `snooze pull`.
+LAZY = ("jwt", "cryptography", "transformers", "torch", "tokenizers", "textual",
+        "huggingface_hub", "tomlkit", "snoozeml.hub", "snoozeml.auth.tokens",
+        "snoozeml.api.grpc.modelmesh", "snoozeml.engine.modelmesh",
+        "snoozeml.api.openapi.document")
+# What every start needs: the check sees the daemon's modules, not an empty interpreter.
+NEEDED = ("onnxruntime", "uvicorn", "grpc", "snoozeml.server", "snoozeml.api.http.rest")
+
+# `snooze serve` in this interpreter; at server_started, the modules loaded so far are noted
+# and SIGTERM ends the daemon as usual.
+AT_START = """
+import json, logging, os, signal, sys
+from snoozeml.cli.main import main
+
+noted = {}
+
+class AtStart(logging.Handler):
+    def emit(self, record):
+        if record.getMessage().startswith("server_started") and not noted:
+            noted["loaded"] = sorted(m for m in sys.argv[2].split(",") if m in sys.modules)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+logging.getLogger("snoozeml").addHandler(AtStart())
+code = main(["serve", "-c", sys.argv[1], "--host", "127.0.0.1", "--http-port", "0",
+             "--grpc-port", "0"])
+print(json.dumps({"code": code, **noted}))
+"""
+
+
+def test_a_start_without_auth_text_torch_or_modelmesh_imports_none_of_them(
+    tmp_path: Path,
+) -> None:
+    write_mlp(tmp_path / "a.onnx")
+    write_mlp(tmp_path / "b.onnx")
+    config = tmp_path / "models.toml"
+    config.write_text('[[models]]\nname = "a"\npath = "a.onnx"\n\n'
+                      '[[models]]\nname = "b"\npath = "b.onnx"\npreload = true\n')
+    result = subprocess.run(
+        [sys.executable, "-c", AT_START, str(config), ",".join((*LAZY, *NEEDED))],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["code"] == 0, result.stderr
+    assert [m for m in outcome["loaded"] if m in LAZY] == []
+    assert [m for m in NEEDED if m not in outcome["loaded"]] == []

@@ -58,6 +58,8 @@ def _model_arg(text: str) -> tuple[str, Path]:
 
 def _with_models(config: Config, models: list[tuple[str, Path]]) -> Config:
     """`config` with the `--model` entries added (ConfigError naming each that cannot be)."""
+    if not models:
+        return config  # the Hub package's scanners are imported only for a --model
     from snoozeml.errors import InvalidInput
     from snoozeml.hub.by_path import spec_for_path
 

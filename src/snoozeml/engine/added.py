@@ -25,7 +25,6 @@ from pathlib import Path
 from snoozeml.engine.model import Model
 from snoozeml.engine.registry import ModelManager
 from snoozeml.errors import InvalidInput, ModelNotFound
-from snoozeml.hub.by_path import spec_for_path
 
 CONFIG = "config"
 
@@ -72,6 +71,8 @@ class AddedModels:
             await asyncio.shield(pending.done)
             if pending.withdrawn:  # forget(name) came after this add, too
                 raise ModelNotFound(f"model {name!r} was unloaded while it was being added")
+        from snoozeml.hub.by_path import spec_for_path  # the Hub's scanners: first add only
+
         loop = asyncio.get_running_loop()
         pending = self._pending[name] = _Pending(loop.create_future(), path, origin)
         try:

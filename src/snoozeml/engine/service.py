@@ -30,7 +30,6 @@ from snoozeml.engine.replicas.replica import ReplicaState
 from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.validate import check_request
 from snoozeml.errors import InvalidInput, ShuttingDown
-from snoozeml.hub.by_path import kind_of
 
 EXTENSIONS = ("binary_tensor_data", "model_repository", "statistics")
 
@@ -142,6 +141,8 @@ class InferenceService:
         self._refuse_loads(name)
         if version not in (None, "", "1"):
             raise InvalidInput(f"a model added by path has only version '1', not {version!r}")
+        from snoozeml.hub.by_path import kind_of  # the Hub package only for a load by path
+
         await self.added.load(name, Path(path), "repository", kind_of(kind or ""))
 
     def _refuse_loads(self, name: str) -> None:

@@ -8,6 +8,7 @@ graph, in subgraphs (If, Loop, Scan bodies) and in model-local functions.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,12 +87,22 @@ def _external_bytes(path: Path, size: int) -> int:
     if size > EXTERNAL_SCAN_LIMIT:
         return 0
     try:
-        import onnx  # heavy: only once there is a file to read
+        if not _names_a_location(path):
+            return 0
+        import onnx  # heavy: only once there is a file that may name external data
 
         files = external_data_paths(onnx.load(str(path), load_external_data=False), path.parent)
     except Exception:  # an unreadable file fails at load, with its own message
         return 0
     return sum(file.stat().st_size for file in files if file.is_file())
+
+
+def _names_a_location(path: Path) -> bool:
+    """Whether the file's bytes hold "location" anywhere. An external tensor names its file under
+    that key, and protobuf keeps strings as they are, so a model without it has no external
+    data, and onnx (a heavy import) is not needed to say so."""
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        return view.find(b"location") != -1
 
 
 def torch_file_sizes_blocking(path: Path) -> FileSizes:

@@ -3,6 +3,8 @@ and in Constant attributes are found, and their files count as weights."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +88,31 @@ def test_files_of_subgraph_and_constant_tensors_count_as_weights(tmp_path: Path)
 def test_a_model_with_every_tensor_inside_has_no_external_files(tmp_path: Path) -> None:
     model = onnx.load(str(write_mlp(tmp_path / "mlp.onnx")))
     assert external_data_paths(model, tmp_path) == set()
+
+
+def test_sizing_a_model_without_external_data_never_imports_onnx(tmp_path: Path) -> None:
+    # A fresh interpreter: this one has onnx imported by the tests above.
+    path = write_mlp(tmp_path / "mlp.onnx")
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from snoozeml.runtime.files import onnx_file_sizes_blocking\n"
+        f"sizes = onnx_file_sizes_blocking(Path({str(path)!r}))\n"
+        f"assert sizes.weights == {path.stat().st_size}, sizes\n"
+        "assert 'onnx' not in sys.modules, 'onnx was imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_model_that_only_says_location_is_read_and_has_no_external_files(
+    tmp_path: Path,
+) -> None:
+    path = write_mlp(tmp_path / "mlp.onnx")
+    model = onnx.load(str(path))
+    model.doc_string = "trained at one location, served at another"
+    onnx.save_model(model, str(path))
+    size = path.stat().st_size
+
+    assert OnnxBackend().file_sizes_blocking(onnx_spec(path)) == FileSizes(size, size)

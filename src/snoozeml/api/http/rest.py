@@ -10,6 +10,7 @@ pydantic, which would cost more than the model on small requests.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -22,7 +23,6 @@ from snoozeml.api.codec import parse_json
 from snoozeml.api.http.body import ClientGone, read_body, scope_credentials
 from snoozeml.api.http.openai import OPENAI_OPERATIONS, Embeddings, error_response
 from snoozeml.api.metrics.prometheus import Metrics
-from snoozeml.api.openapi.document import document
 from snoozeml.api.repository_params import LoadParameters, load_parameters
 from snoozeml.api.status import status_json
 from snoozeml.api.triton_statistics import statistics_json
@@ -47,6 +47,15 @@ def json_response(
     )
 
 
+@functools.cache
+def openapi_json() -> bytes:
+    """The OpenAPI document, built at its first request and kept: it describes the code, not
+    the config, and a daemon nobody asks for it never builds it (nor imports its modules)."""
+    from snoozeml.api.openapi.document import document
+
+    return orjson.dumps(document())
+
+
 def _model_args(request: Request) -> tuple[str, str | None]:
     params = request.path_params
     return params["name"], params.get("version")
@@ -56,7 +65,6 @@ def handlers(
     service: InferenceService, max_request_size: int, metrics: Metrics | None = None
 ) -> dict[Operation, Endpoint]:
     """One endpoint per operation served by FastAPI (`metrics` None: /metrics is off)."""
-    openapi_json = orjson.dumps(document())  # built once: it describes the code, not the config
 
     async def live(request: Request) -> Response:
         return json_response({"live": True})
@@ -122,7 +130,7 @@ def handlers(
         return Response(await metrics.scrape(), media_type=metrics.content_type)
 
     async def openapi(request: Request) -> Response:
-        return Response(openapi_json, media_type=JSON)
+        return Response(openapi_json(), media_type=JSON)
 
     async def model_stats(request: Request) -> Response:
         params = request.path_params  # no name: every model (GET /v2/models/stats)
