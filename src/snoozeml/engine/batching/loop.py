@@ -4,6 +4,8 @@
 or something arrives, runs each batch through the instance on the replica's worker thread (or
 inline, see engine/batching/inline.py), answers every request with its own rows, and publishes what
 happened (`BatchRun`, `QueueFull`, `QueueTimedOut`, `RequestDropped`) instead of counting it.
+Time is the engine's injected `Clock` (engine/clock.py): requests' timestamps and deadlines are
+its `now`, and the queue timeout and the wait for company are its timers, so a test moves them.
 
 After a long run (CPU time at least a tenth of the GIL switch interval) the worker asks
 `collect_batch` itself, under a lock shared with the loop, and starts the due batch at once while
@@ -21,19 +23,20 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from functools import partial
 
 from snoozeml.engine.batching.hooks import BatcherHooks
 from snoozeml.engine.batching.inline import InlinePolicy
 from snoozeml.engine.batching.policy import Arrays, BatchPolicy, Pending, batch_key, collect_batch
+from snoozeml.engine.clock import Clock
 from snoozeml.engine.events import (
     BatchRun,
     EventBus,
@@ -70,7 +73,7 @@ class Taken:
     """A batch the worker took after a good run, and its run, queued right behind that one."""
 
     batch: list[Pending]
-    started: float  # when the worker took it (the batcher's clock)
+    started: float  # when the worker took it (the clock's `now`)
     job: Future[Ran]
 
 
@@ -84,7 +87,7 @@ class Batcher:
         policy: BatchPolicy,
         events: EventBus,
         hooks: BatcherHooks,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock,
         long_run: float | None = None,  # CPU seconds; None: LONG_RUN of the switch interval
     ) -> None:
         self.model = model
@@ -95,6 +98,9 @@ class Batcher:
         self._events = events
         self._hooks = hooks
         self._clock = clock
+        # Bound once: LoopClock's `now` is time.monotonic itself, so reading it per request
+        # costs what it did before the clock was injected.
+        self._now = clock.now
         self._long_run = long_run
         self._runs_long = False  # the last run on the worker was long; set by the worker
         self._inline = InlinePolicy()
@@ -154,7 +160,7 @@ class Batcher:
         key, rows = batch_key(inputs, wanted)
         if not self.policy.enabled:
             key = None  # runs alone; its rows still count
-        now = self._clock()
+        now = self._now()
         future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         deadline = now + queue_timeout if queue_timeout is not None else None
         pending = Pending(key, rows, inputs, wanted, now, deadline, future)
@@ -165,7 +171,7 @@ class Batcher:
             return await future
         # Answer at the deadline even while the worker is busy with an earlier batch. The timer
         # holds the request (inputs, and outputs once answered): cancel it as soon as we're done.
-        timer = asyncio.get_running_loop().call_later(queue_timeout, self._expire, pending)
+        timer = self._clock.call_later(queue_timeout, partial(self._expire, pending))
         try:
             return await future
         finally:
@@ -207,7 +213,7 @@ class Batcher:
                 raise
             self._taken.popleft()  # deque ends are thread-safe; the worker only appends
         with self._lock:
-            now = self._clock()
+            now = self._now()
             decision = collect_batch(self._queue, now, self.policy)
             if decision.expired or decision.dropped or decision.batch:
                 gone = {id(p) for p in (*decision.expired, *decision.dropped, *decision.batch)}
@@ -226,9 +232,13 @@ class Batcher:
         self._wakeup.clear()
         if decision.wait is None:
             await self._wakeup.wait()
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), decision.wait)
+            return
+        # Woken by an arrival or, once `wait` has passed on the clock, by the clock's timer.
+        timer = self._clock.call_later(decision.wait, self._wakeup.set)
+        try:
+            await self._wakeup.wait()
+        finally:
+            timer.cancel()
 
     async def _dispatch(
         self, batch: list[Pending], started: float, job: Future[Ran] | None = None
@@ -267,7 +277,7 @@ class Batcher:
         finally:
             # A good run counts its own time: a batch the worker took waited behind the run
             # before it, and its answer may reach the loop after the next one started.
-            seconds = ran if ok else self._clock() - started
+            seconds = ran if ok else self._now() - started
             self._hooks.run_times.record(seconds)
             self._events.publish(BatchRun(self.model, self.replica, rows, tuple(waits),
                                           seconds, inline, ok))
@@ -346,7 +356,7 @@ class Batcher:
         with self._lock:
             if self._closed:
                 return
-            now = self._clock()
+            now = self._now()
             batch = collect_batch(self._queue, now, self.policy).batch
             if not batch:
                 return

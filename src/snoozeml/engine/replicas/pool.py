@@ -283,7 +283,7 @@ class ReplicaSet:
                              partial(self._relieve_oom_after_run, device),
                              self.disable_batching, self._run_times, self._batch_ran)
         batcher = Batcher(self.name, index, instance, worker, policy, self._events, hooks,
-                          self._clock.now)
+                          self._clock)
         batcher.start()
         replica = Replica(index, device, instance, worker, batcher, measured,
                           self._clock.wall())

@@ -16,14 +16,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from fake_clock import FakeClock
 from onnx_models import write_mlp, write_run_failure_model
 
 from snoozeml.config.settings import ModelConfig
 from snoozeml.engine.batching.hooks import BatcherHooks, RunTimes
 from snoozeml.engine.batching.loop import Batcher
 from snoozeml.engine.batching.policy import BatchPolicy
-from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull
-from snoozeml.errors import BackendError, InvalidInput
+from snoozeml.engine.clock import Clock, LoopClock
+from snoozeml.engine.events import BatchRun, EngineEvent, EventBus, QueueFull, QueueTimedOut
+from snoozeml.errors import BackendError, InvalidInput, QueueTimeout
 from snoozeml.errors import QueueFull as QueueFullError
 from snoozeml.runtime.base import Instance
 from snoozeml.runtime.onnx.backend import OnnxBackend
@@ -65,13 +67,13 @@ def events_seen(bus: EventBus) -> Iterator[list[EngineEvent]]:
 
 def with_batcher(
     instance: Instance, policy: BatchPolicy, body: Callable[[Batcher, EventBus], Awaitable[T]],
-    owner: Owner | None = None, long_run: float | None = None,
+    owner: Owner | None = None, long_run: float | None = None, clock: Clock | None = None,
 ) -> T:
     async def scenario() -> T:
         worker = ThreadPoolExecutor(1)
         bus = EventBus()
         batcher = Batcher("m", 0, instance, worker, policy, bus, (owner or Owner()).hooks(),
-                          long_run=long_run)
+                          clock or LoopClock(), long_run=long_run)
         batcher.start()
         try:
             return await body(batcher, bus)
@@ -229,6 +231,75 @@ async def queued(batcher: Batcher, count: int) -> None:
             return
         await asyncio.sleep(0)  # one turn of the loop, not a wait for time
     raise AssertionError(f"{count} requests never reached the queue")
+
+
+async def turns(count: int = 20) -> None:
+    """Let the loop run `count` times: whatever is ready to happen has happened."""
+    for _ in range(count):
+        await asyncio.sleep(0)  # one turn of the loop, not a wait for time
+
+
+def test_a_queued_request_times_out_when_the_clock_passes_its_queue_timeout_and_not_before(
+    tmp_path: Path,
+) -> None:
+    # The worker is busy with the first request, so the second waits in the queue while the
+    # loop waits for the worker: only the clock's timer can answer it.
+    gated = Gated(instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))), runs=2)
+    clock = FakeClock()
+    x = {"x": np.ones((1, 4), np.float32)}
+
+    async def body(batcher: Batcher, bus: EventBus) -> tuple[bool, object, list[EngineEvent]]:
+        with events_seen(bus) as seen:
+            first = asyncio.ensure_future(batcher.submit(x, None))
+            assert await asyncio.to_thread(gated.begun[0].wait, 30)
+            second = asyncio.ensure_future(batcher.submit(dict(x), None, queue_timeout=60.0))
+            await queued(batcher, 1)
+            clock.advance(59.75)
+            await turns()
+            early = second.done()
+            clock.advance(0.25)
+            with pytest.raises(QueueTimeout, match="queue timeout"):
+                await asyncio.wait_for(second, 30)
+            gated.go[0].set()
+            gated.go[1].set()
+            await first
+            # The timed-out request is dropped, never run; the next one runs as usual.
+            answer = await asyncio.wait_for(batcher.submit(dict(x), None), 30)
+        return early, answer, seen
+
+    early, answer, seen = with_batcher(gated, BatchPolicy(max_batch_size=32), body, clock=clock)
+    assert not early, "the request timed out before its queue timeout had passed"
+    assert isinstance(answer, dict)
+    assert [e for e in seen if isinstance(e, QueueTimedOut)] == [QueueTimedOut("m")]
+    runs = [event for event in seen if isinstance(event, BatchRun)]
+    assert [(run.rows, run.ok) for run in runs] == [(1, True), (1, True)]
+    assert gated.runs == 2
+
+
+def test_a_batch_waiting_for_company_goes_when_the_clock_passes_max_delay_and_not_before(
+    tmp_path: Path,
+) -> None:
+    instance = instance_of(write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2)))
+    clock = FakeClock()
+
+    async def body(batcher: Batcher, bus: EventBus) -> tuple[int, list[EngineEvent]]:
+        with events_seen(bus) as seen:
+            request = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 4), np.float32)},
+                                                           None))
+            await queued(batcher, 1)
+            clock.advance(59.75)
+            await turns()
+            still_queued = batcher.queued
+            clock.advance(0.25)
+            await asyncio.wait_for(request, 30)
+        return still_queued, seen
+
+    still_queued, seen = with_batcher(
+        instance, BatchPolicy(max_batch_size=32, max_delay=60.0), body, clock=clock
+    )
+    assert still_queued == 1, "the batch went before its max_delay had passed"
+    (run,) = [event for event in seen if isinstance(event, BatchRun)]
+    assert run.queue_seconds == (60.0,)  # waited on the clock's time, not the real one
 
 
 def test_the_worker_starts_the_next_batch_by_itself_while_the_event_loop_is_busy(
