@@ -144,13 +144,27 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown, sig.name)
+        sock = await self._bind()
+        if sock is None:
+            return 1
+        await self._start(sock)
+        try:
+            await self._http.main_loop()
+        finally:
+            await self._stop(sock)
+        return 0
+
+    async def _bind(self) -> socket.socket | None:
+        """Startup's first half: the HTTP socket listening, the gRPC (and ModelMesh) servers
+        built and bound. None, with a bind_failed event and nothing left open, when a port
+        cannot be had."""
         server = self.config.server
         try:
             sock = bind_socket(server.host, server.http_port)
         except OSError as exc:
             log_event("bind_failed", logging.ERROR, host=server.host, port=server.http_port,
                       error=exc.strerror or str(exc))
-            return 1
+            return None
         self.http_port = sock.getsockname()[1]
         _fit_open_files(server.max_connections)
         # Listening now holds the port, so a gRPC port equal to it (or taken by anyone else) is
@@ -164,7 +178,7 @@ class Daemon:
                 sock.close()
                 log_event("bind_failed", logging.ERROR, host=server.host, port=server.grpc_port,
                           error=exc.strerror or str(exc))
-                return 1
+                return None
         # grpc.aio binds to the running loop when created, so it is built here.
         self._grpc = grpc_server = create_grpc_server(self.service, self.boundary, server)
         try:
@@ -174,7 +188,7 @@ class Daemon:
             sock.close()
             log_event("bind_failed", logging.ERROR, host=server.host, port=server.grpc_port,
                       error=str(exc))
-            return 1
+            return None
         if server.modelmesh_port is not None:
             try:
                 self._mesh = self._modelmesh_server()
@@ -184,11 +198,18 @@ class Daemon:
                 log_event("bind_failed", logging.ERROR, host=server.modelmesh_host,
                           port=server.modelmesh_port,
                           error=getattr(exc, "strerror", None) or str(exc))
-                return 1
+                return None
+        return sock
+
+    async def _start(self, sock: socket.socket) -> None:
+        """Startup's second half: every listener accepts, server_started is logged, and the
+        preloads begin."""
+        assert self._grpc is not None
+        server = self.config.server
         http = self._http
         http.config.load()
         http.lifespan = http.config.lifespan_class(http.config)
-        await grpc_server.start()
+        await self._grpc.start()
         if self._mesh is not None:
             await self._mesh.start()
         await http.startup(sockets=[sock])
@@ -198,18 +219,18 @@ class Daemon:
         _warn_if_open(self.auth, server.host)
         self.started.set()
         self.manager.start_preloads()
-        try:
-            await http.main_loop()
-        finally:
-            # Both listeners stop accepting at once; in-flight calls get drain_timeout.
-            await asyncio.gather(
-                http.shutdown(sockets=[sock]),
-                grpc_server.stop(grace=self._grace),
-                *([self._mesh.stop(grace=self._grace)] if self._mesh is not None else []),
-            )
-            await self.manager.shutdown()
-            log_event("server_stopped")
-        return 0
+
+    async def _stop(self, sock: socket.socket) -> None:
+        """Both listeners stop accepting at once, in-flight calls getting what is left of
+        drain_timeout; then every model is unloaded."""
+        assert self._grpc is not None
+        await asyncio.gather(
+            self._http.shutdown(sockets=[sock]),
+            self._grpc.stop(grace=self._grace),
+            *([self._mesh.stop(grace=self._grace)] if self._mesh is not None else []),
+        )
+        await self.manager.shutdown()
+        log_event("server_stopped")
 
     def _modelmesh_server(self) -> grpc.aio.Server:
         """ModelMesh's model-runtime SPI on its own port, bound (OSError or RuntimeError when

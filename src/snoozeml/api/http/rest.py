@@ -65,6 +65,12 @@ def handlers(
     service: InferenceService, max_request_size: int, metrics: Metrics | None = None
 ) -> dict[Operation, Endpoint]:
     """One endpoint per operation served by FastAPI (`metrics` None: /metrics is off)."""
+    return {**_health_and_metadata(service), **_repository(service, max_request_size),
+            **_observability(service, metrics)}
+
+
+def _health_and_metadata(service: InferenceService) -> dict[Operation, Endpoint]:
+    """The probes, and the server's and each model's metadata and readiness."""
 
     async def live(request: Request) -> Response:
         return json_response({"live": True})
@@ -93,6 +99,18 @@ def handlers(
         is_ready = service.model_ready(name, version)
         return json_response({"name": name, "ready": is_ready}, 200 if is_ready else 503)
 
+    return {
+        Operation.SERVER_LIVE: live,
+        Operation.SERVER_READY: ready,
+        Operation.SERVER_METADATA: server_metadata,
+        Operation.MODEL_METADATA: model_metadata,
+        Operation.MODEL_READY: model_ready,
+    }
+
+
+def _repository(service: InferenceService, max_request_size: int) -> dict[Operation, Endpoint]:
+    """The repository extension: the index, and loading and unloading a model now."""
+
     async def repository_index(request: Request) -> Response:
         body = await read_body(request.scope, request.receive, max_request_size)
         doc = parse_json(body, allow_empty=True)
@@ -120,6 +138,18 @@ def handlers(
         await service.unload(*_model_args(request))
         return json_response({})
 
+    return {
+        Operation.REPOSITORY_INDEX: repository_index,
+        Operation.REPOSITORY_LOAD: load,
+        Operation.REPOSITORY_UNLOAD: unload,
+    }
+
+
+def _observability(service: InferenceService,
+                   metrics: Metrics | None) -> dict[Operation, Endpoint]:
+    """What the daemon says of itself: /admin/status, /metrics, the statistics extension and
+    the OpenAPI document."""
+
     async def admin_status(request: Request) -> Response:
         return json_response(status_json(service.snapshot()))
 
@@ -129,23 +159,15 @@ def handlers(
                                  404)
         return Response(await metrics.scrape(), media_type=metrics.content_type)
 
-    async def openapi(request: Request) -> Response:
-        return Response(openapi_json(), media_type=JSON)
-
     async def model_stats(request: Request) -> Response:
         params = request.path_params  # no name: every model (GET /v2/models/stats)
         return json_response(statistics_json(
             service.statistics(params.get("name"), params.get("version"))))
 
+    async def openapi(request: Request) -> Response:
+        return Response(openapi_json(), media_type=JSON)
+
     return {
-        Operation.SERVER_LIVE: live,
-        Operation.SERVER_READY: ready,
-        Operation.SERVER_METADATA: server_metadata,
-        Operation.MODEL_METADATA: model_metadata,
-        Operation.MODEL_READY: model_ready,
-        Operation.REPOSITORY_INDEX: repository_index,
-        Operation.REPOSITORY_LOAD: load,
-        Operation.REPOSITORY_UNLOAD: unload,
         Operation.ADMIN_STATUS: admin_status,
         Operation.METRICS: metrics_text,
         Operation.MODEL_STATS: model_stats,
