@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from onnx_models import write_mlp
 
@@ -19,9 +19,12 @@ T = TypeVar("T")
 
 
 def run_with_added(tmp_path: Path, scenario: Callable[[ModelManager, AddedModels, Path],
-                                                      Awaitable[T]]) -> T:
+                                                      Awaitable[T]],
+                   server: dict[str, Any] | None = None) -> T:
+    """`server`: the `[server]` table of the config (none by default)."""
     path = write_mlp(tmp_path / "mlp.onnx", dims=(4, 8, 2))
-    config = parse_config({}, source=tmp_path / "models.toml")
+    config = parse_config({"server": server} if server else {},
+                          source=tmp_path / "models.toml")
 
     async def main() -> T:
         manager = ModelManager(config)

@@ -11,6 +11,10 @@ whatever an add of the same name was doing:
 - a registered model is removed, its load (if one runs) finished and unloaded;
 - an add cancelled by its caller while its model loads removes the model itself.
 
+A model its caller places (`placed`: ModelMesh's) is pinned, never loaded on demand by a
+request, and a load of it that fails for any reason removes it too: the caller places it
+elsewhere, and nothing of it stays here (a request for it is answered ModelNotFound).
+
 Invariants: a name is pending (being read) or registered or leaving, never two at once; the
 check that an add was not withdrawn and its registration happen without an await between them.
 """
@@ -50,11 +54,12 @@ class AddedModels:
         return [name for name, o in self._manager.origins.items() if o == origin]
 
     async def register(
-        self, name: str, path: Path, origin: str, kind: str | None = None, pinned: bool = False
+        self, name: str, path: Path, origin: str, kind: str | None = None, placed: bool = False
     ) -> Model:
         """The model `name` at `path`, registered (not loaded): the one `origin` added from the
         same path before, or a new one. InvalidInput when the path holds nothing servable or
-        the name is taken by another model; ModelNotFound when `forget(name)` came first."""
+        the name is taken by another model; ModelNotFound when `forget(name)` came first.
+        `placed`: pinned, and loaded only by `load` (never by a request)."""
         manager = self._manager
         while True:
             await manager.removed(name)  # a removal under way finishes first
@@ -78,13 +83,13 @@ class AddedModels:
         try:
             spec = await loop.run_in_executor(
                 manager.loader, partial(spec_for_path, name, path, manager.config.server, kind,
-                                        None if pinned else "server"))
+                                        None if placed else "server"))
         finally:
             del self._pending[name]
             pending.done.set_result(None)
         if pending.withdrawn:
             raise ModelNotFound(f"model {name!r} was unloaded while it was being added")
-        return manager.add(spec, origin)
+        return manager.add(spec, origin, on_demand=not placed)
 
     def _check_same(self, model: Model, path: Path, origin: str) -> None:
         had = self._manager.origins.get(model.name)
@@ -96,20 +101,30 @@ class AddedModels:
                                f"{had}); unload it before adding another model under that name")
 
     async def load(
-        self, name: str, path: Path, origin: str, kind: str | None = None, pinned: bool = False
+        self, name: str, path: Path, origin: str, kind: str | None = None, placed: bool = False
     ) -> Model:
         """`register`, then load; a caller that goes away while the model loads leaves
-        nothing behind (the model is removed once its load ends)."""
-        model = await self.register(name, path, origin, kind, pinned)
+        nothing behind (the model is removed once its load ends), nor does a `placed` model
+        whose load fails (removed, its memory free, before the error is raised)."""
+        model = await self.register(name, path, origin, kind, placed)
         try:
             await model.load()
         except asyncio.CancelledError:
-            if self._manager.models.get(name) is model:
-                self._manager.remove(name)
+            self._drop(model)
+            raise
+        except Exception:
+            if placed:
+                self._drop(model)
+                await self._manager.removed(name)
             raise
         if model.retired:  # removed while it loaded (an unload, ModelMesh's purge)
             raise ModelNotFound(f"model {name!r} was unloaded while it was loading")
         return model
+
+    def _drop(self, model: Model) -> None:
+        """Remove `model` if it is still the one registered under its name."""
+        if self._manager.models.get(model.name) is model:
+            self._manager.remove(model.name)
 
     async def forget(self, name: str, origin: str | None = None) -> None:
         """Unload the model added as `name` (by `origin`, when given) and forget it; return

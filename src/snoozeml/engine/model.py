@@ -13,6 +13,8 @@ Invariants:
 - The model has replicas exactly when it is READY or UNLOADING.
 - A model with leases (`_in_flight > 0`) is never unloaded; the unload waits for the last one.
 - The idle timer measures from the end of the last lease.
+- A model that does not load on demand (`on_demand` False: ModelMesh's, which it places) loads
+  only by `load()`; a request that finds it unloaded or failed gets ModelNotFound.
 - Replicas are added and removed one at a time, under `_scaling`, and only while READY; an
   unload waits for the one in progress. While one is added the model is never evicted (the
   add may be waiting for the memory an eviction would be freeing).
@@ -67,10 +69,11 @@ class Lease:
     may load the model first; leaving the block, normally, by an error or by cancellation,
     ends it. A lease that was never taken (its load failed or was cancelled) holds nothing."""
 
-    __slots__ = ("_model", "replica")
+    __slots__ = ("_load", "_model", "replica")
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, load: bool = False) -> None:
         self._model = model
+        self._load = load  # an explicit load, which loads even a model that is not on_demand
         self.replica: Replica | None = None
 
     async def __aenter__(self) -> Replica:
@@ -78,7 +81,7 @@ class Lease:
         if model._state is State.READY:  # the hot path: no coroutine more
             self.replica = model._take()
         else:
-            self.replica = await model._acquire_slow()
+            self.replica = await model._acquire_slow(self._load)
         return self.replica
 
     async def __aexit__(
@@ -96,9 +99,13 @@ class Model:
     versions: tuple[str, ...] = ("1",)
 
     def __init__(
-        self, spec: ModelConfig, replicas: ReplicaSet, events: EventBus, clock: Clock
+        self, spec: ModelConfig, replicas: ReplicaSet, events: EventBus, clock: Clock,
+        on_demand: bool = True,
     ) -> None:
         self.spec = spec
+        # False: loaded only when its owner asks (`load()`), never by a request (ModelMesh's
+        # models: it places them, and routes a request only where it loaded the model).
+        self.on_demand = on_demand
         self.name = spec.name
         self.replicas = replicas
         self._events = events
@@ -164,6 +171,13 @@ class Model:
         """A replica is being added or removed."""
         return self._scaling.locked()
 
+    def check_present(self) -> None:
+        """ModelNotFound when the model is not here as far as requests go: it does not load
+        on demand, and is neither loaded nor being loaded."""
+        if not self.on_demand and self._state in (State.UNLOADED, State.FAILED):
+            raise ModelNotFound(f"model {self.name!r} is not loaded here, and a request does "
+                                "not load it (its owner places it: ModelMesh's loadModel)")
+
     def expires_in(self) -> float | None:
         """Seconds until the idle timer unloads the model, or None if it will not."""
         if self._state is not State.READY or self._in_flight:
@@ -214,7 +228,7 @@ class Model:
         self._in_flight += 1
         return replica
 
-    async def _acquire_slow(self) -> Replica:
+    async def _acquire_slow(self, load: bool = False) -> Replica:
         timeout = self.spec.load_timeout
         if timeout is None:
             timeout = DEFAULT_LOAD_TIMEOUT
@@ -228,6 +242,8 @@ class Model:
                 continue
             if self.retired and state in (State.FAILED, State.UNLOADED):
                 raise ModelNotFound(f"model {self.name!r} was unloaded and removed")
+            if not load:
+                self.check_present()
             if state is State.FAILED:
                 wait = self._retry_at - self._clock.now()
                 if wait > 0:
@@ -253,8 +269,8 @@ class Model:
                     f"model {self.name!r} is still loading after {timeout:g}s (its load_timeout)",
                     retry_after=5.0
                 ) from None
-            if aborted is not None:
-                raise aborted
+            if aborted is not None and (load or self.on_demand):
+                raise aborted  # else the loop finds the model not present: not found
 
     def _release(self, replica: Replica) -> None:
         """End a lease. The last one to end starts the idle timer."""
@@ -340,7 +356,7 @@ class Model:
         cannot be added leaves the model serving on the ones it has."""
         if self._state is State.FAILED:
             self._retry_at = 0.0
-        async with self.lease():
+        async with Lease(self, load=True):
             pass
         if len(self.replicas.ready) < self.spec.replicas.min:
             # A task of its own, like the first load: a caller that goes away must not cut a
@@ -403,7 +419,9 @@ class Model:
 
     async def metadata(self) -> ModelMetadata:
         """The model's metadata; loads the model once if it has never been loaded (a FAILED
-        model keeps its backoff: only an explicit load skips it)."""
+        model keeps its backoff: only an explicit load skips it). ModelNotFound when the model
+        is not present (`check_present`)."""
+        self.check_present()
         if self._metadata is None:
             async with self.lease():
                 pass

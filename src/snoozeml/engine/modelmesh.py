@@ -2,9 +2,10 @@
 gRPC).
 
 ModelMesh is the cluster-wide LRU cache of models: it decides which pod holds which model. So
-the models it loads here are pinned (no idle unload, no local eviction) and, when this daemon's
-memory cannot hold one, its load fails with a clear error and ModelMesh places it elsewhere.
-They are served like any other model, with batching, replicas, metrics and status.
+the models it loads here are pinned (no idle unload, no local eviction), never loaded by a
+request (ModelMesh reads only NOT_FOUND as "not here"), and, when this daemon's memory cannot
+hold one, its load fails with a clear error, leaves nothing registered, and ModelMesh places it
+elsewhere. They are served like any other model, with batching, replicas, metrics and status.
 
 `status` is what ModelMesh polls at its start: STARTING until the listeners are up, then READY
 once every model it loaded before is purged (its view of what is loaded starts empty).
@@ -66,11 +67,12 @@ class MeshRuntime:
         return budgets[gpus[0]] if gpus else budgets["cpu"]
 
     async def load(self, model_id: str, path: str, model_type: str, model_key: str) -> int:
-        """Load the model; its measured size. InvalidInput when nothing was attempted."""
+        """Load the model; its measured size. InvalidInput when nothing was attempted; any
+        other error leaves nothing registered under `model_id` (engine/added.py)."""
         check_name(model_id)
         kind = kind_of(model_type, model_key)
         _check_path(path)
-        model = await self._added.load(model_id, Path(path), ORIGIN, kind, pinned=True)
+        model = await self._added.load(model_id, Path(path), ORIGIN, kind, placed=True)
         return model.resident_bytes() or 0
 
     async def unload(self, model_id: str) -> None:

@@ -62,8 +62,9 @@ class ModelManager:
         self._preloads: list[asyncio.Task[None]] = []
         self._sizes: asyncio.Task[None] | None = None  # every model's, read once at start
 
-    def build(self, spec: ModelConfig) -> Model:
-        """A model for `spec`, not registered (see `add`)."""
+    def build(self, spec: ModelConfig, on_demand: bool = True) -> Model:
+        """A model for `spec`, not registered (see `add`); `on_demand` False: only an explicit
+        load loads it (engine/model.py)."""
         backend = self._backend_factory(spec)
         placements = [
             Placement(device, self.memory.device_key(
@@ -72,17 +73,17 @@ class ModelManager:
         ]
         replicas = ReplicaSet(spec, backend, placements, self.loader, self.memory,
                               self.events, self.clock)
-        return Model(spec, replicas, self.events, self.clock)
+        return Model(spec, replicas, self.events, self.clock, on_demand)
 
     def _tenants(self) -> list[Model]:
         return [*self.models.values(), *self._leaving_models.values()]
 
-    def add(self, spec: ModelConfig, origin: str) -> Model:
+    def add(self, spec: ModelConfig, origin: str, on_demand: bool = True) -> Model:
         """Register a model at run time (not loaded); the name must be free, and no removal
         of that name may be under way (`await removed(name)` first)."""
         assert spec.name not in self.models
         assert spec.name not in self.leaving
-        model = self.build(spec)
+        model = self.build(spec, on_demand)
         self.models[spec.name] = model
         self.origins[spec.name] = origin
         self.autoscaler.watch(model)

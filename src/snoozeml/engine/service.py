@@ -88,8 +88,11 @@ class InferenceService:
         return await self.manager.get(name, version).metadata()
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Ready unless FAILED: a cold model loads on its next request by design."""
-        return self.manager.get(name, version).state is not State.FAILED
+        """Ready unless FAILED: a cold model loads on its next request by design (one that
+        does not load on demand, ModelMesh's, is not found unless loaded or loading)."""
+        model = self.manager.get(name, version)
+        model.check_present()
+        return model.state is not State.FAILED
 
     async def infer(
         self, name: str, version: str | None, request: InferRequest

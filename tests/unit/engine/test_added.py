@@ -30,7 +30,7 @@ def test_a_forget_while_the_path_is_read_withdraws_the_add(tmp_path: Path) -> No
 
 def test_a_cancelled_load_removes_its_model_once_the_load_ends(tmp_path: Path) -> None:
     async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
-        loading = asyncio.create_task(added.load("m", path, "modelmesh", pinned=True))
+        loading = asyncio.create_task(added.load("m", path, "modelmesh", placed=True))
         while manager.models.get("m") is None or manager.models["m"].state is not State.LOADING:
             await manager.events.changed().wait()
         loading.cancel()
@@ -42,12 +42,12 @@ def test_a_cancelled_load_removes_its_model_once_the_load_ends(tmp_path: Path) -
     assert run_with_added(tmp_path, scenario) == (False, 0, 0)
 
 
-def test_a_pinned_model_never_idles_and_a_second_add_from_the_same_path_is_the_same(
+def test_a_placed_model_never_idles_and_a_second_add_from_the_same_path_is_the_same(
     tmp_path: Path,
 ) -> None:
     async def scenario(manager: ModelManager, added: AddedModels, path: Path) -> object:
-        model = await added.load("m", path, "modelmesh", pinned=True)
-        again = await added.load("m", path, "modelmesh", pinned=True)
+        model = await added.load("m", path, "modelmesh", placed=True)
+        again = await added.load("m", path, "modelmesh", placed=True)
         with pytest.raises(InvalidInput, match="added from"):
             await added.register("m", path, "repository")
         return again is model, model.pinned, model.expires_in(), model.state
