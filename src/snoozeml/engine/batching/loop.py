@@ -1,17 +1,16 @@
-"""The batch loop of one replica: a queue, the pure `collect_batch` policy, and the worker thread.
+"""The batch loop of one replica: a queue, the pure `collect_batch` policy, and the answers.
 
 `submit` is the only way in. The loop asks `collect_batch` what to do whenever the worker is free
-or something arrives, runs each batch through the instance on the replica's worker thread (or
-inline, see engine/batching/inline.py), answers every request with its own rows, and publishes what
-happened (`BatchRun`, `QueueFull`, `QueueTimedOut`, `RequestDropped`) instead of counting it.
+or something arrives, runs each batch through the hand-off (engine/batching/handoff.py: on the
+replica's worker thread, or inline on the event loop), answers every request with its own rows,
+and publishes what happened (`BatchRun`, `QueueFull`, `QueueTimedOut`, `RequestDropped`) instead
+of counting it.
 Time is the engine's injected `Clock` (engine/clock.py): requests' timestamps and deadlines are
 its `now`, and the queue timeout and the wait for company are its timers, so a test moves them.
 
-After a long run (CPU time at least a tenth of the GIL switch interval) the worker asks
-`collect_batch` itself, under a lock shared with the loop, and starts the due batch at once while
-the loop answers the one before; and the loop, handing such a model's batch to an idle worker
-under load, waits (at most 2 ms) for it to begin, so a busy loop does not keep the GIL from it
-for a switch interval. Why, and what it measured: docs/batching.md, "The hand-off".
+After a long run the worker asks `collect_batch` itself (`_take`, on the worker thread, under a
+lock shared with the loop) and starts the due batch at once while the loop answers the one
+before. Why, and what it measured: docs/batching.md, "The hand-off to the worker thread".
 
 Invariants:
 - A request is answered exactly once: with its outputs, its own error, or a queue timeout.
@@ -24,26 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from functools import partial
 
+from snoozeml.engine.batching.handoff import Handoff, Ran
 from snoozeml.engine.batching.hooks import BatcherHooks
-from snoozeml.engine.batching.inline import InlinePolicy
 from snoozeml.engine.batching.policy import Arrays, BatchPolicy, Pending, batch_key, collect_batch
 from snoozeml.engine.clock import Clock
-from snoozeml.engine.events import (
-    BatchRun,
-    EventBus,
-    InlineDisabled,
-    QueueTimedOut,
-    RequestDropped,
-)
+from snoozeml.engine.events import BatchRun, EventBus, QueueTimedOut, RequestDropped
 from snoozeml.engine.events import (
     QueueFull as QueueFullEvent,
 )
@@ -56,16 +47,7 @@ from snoozeml.errors import (
     describe_exception,
 )
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Instance, Unsplittable
-
-# How long the loop waits for an idle worker to begin a batch it was handed: a thread wake-up
-# (tens of microseconds) with room to spare; past it the loop goes on without.
-HANDOFF_WAIT = 0.002
-# A run is long from this fraction of the switch interval (a GIL wait's bound) in CPU time.
-LONG_RUN = 0.1
-
-
-Ran = tuple[list[Arrays], float]  # a run on the worker: each request's outputs, its seconds
+from snoozeml.runtime.base import Instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,22 +70,19 @@ class Batcher:
         events: EventBus,
         hooks: BatcherHooks,
         clock: Clock,
-        long_run: float | None = None,  # CPU seconds; None: LONG_RUN of the switch interval
+        long_run: float | None = None,  # CPU seconds; None: handoff.py's LONG_RUN
     ) -> None:
         self.model = model
         self.replica = replica
         self.policy = policy  # set by the owner only
-        self._instance = instance
-        self._worker = worker
         self._events = events
         self._hooks = hooks
         self._clock = clock
         # Bound once: LoopClock's `now` is time.monotonic itself, so reading it per request
         # costs what it did before the clock was injected.
         self._now = clock.now
-        self._long_run = long_run
-        self._runs_long = False  # the last run on the worker was long; set by the worker
-        self._inline = InlinePolicy()
+        self._handoff = Handoff(model, instance, worker, events, hooks.unsplittable,
+                                self._waiting, self._take, long_run)
         self._queue: deque[Pending] = deque()
         # The queue, the batches the worker took and `_closed` are shared with the worker thread.
         self._lock = threading.Lock()
@@ -120,7 +99,11 @@ class Batcher:
     def runs_inline(self) -> bool:
         """Whether single-row batches currently run on the event loop (see
         engine/batching/inline.py)."""
-        return self._inline.allows(1)
+        return self._handoff.inline.allows(1)
+
+    def _waiting(self) -> bool:
+        """Whether requests are queued: the hand-off waits for the worker to begin if so."""
+        return bool(self._queue)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -255,7 +238,7 @@ class Batcher:
         inline = ok = False
         ran = 0.0
         try:
-            parts, inline, ran = await self._run(requests, rows, outputs, job)
+            parts, inline, ran = await self._handoff.run(requests, rows, outputs, job)
             ok = True
         except Exception as exc:
             if not self._hooks.is_out_of_memory(exc):
@@ -264,7 +247,7 @@ class Batcher:
             # Reactive protection: make room by evicting idle models, then retry once.
             try:
                 await self._hooks.relieve_oom(exc)
-                parts, inline, ran = await self._run(requests, rows, outputs)
+                parts, inline, ran = await self._handoff.run(requests, rows, outputs)
                 ok = True
             except Exception as again:
                 if self._hooks.is_out_of_memory(again):
@@ -287,69 +270,6 @@ class Batcher:
         if rows > 1:
             self._hooks.batch_ran(self.replica, rows)
 
-    async def _run(
-        self, requests: list[Arrays], rows: int, outputs: Sequence[str] | None,
-        job: Future[Ran] | None = None,
-    ) -> tuple[list[Arrays], bool, float]:
-        """Each request's outputs, whether it ran inline, its seconds; `job`: a run begun."""
-        instance = self._instance
-        started = time.perf_counter()
-        try:
-            if job is None and self._inline.allows(rows):
-                try:
-                    parts = instance.run_batch_blocking(requests, outputs)
-                    return parts, True, time.perf_counter() - started
-                finally:
-                    if self._inline.observe_inline(time.perf_counter() - started, rows):
-                        self._events.publish(InlineDisabled(
-                            self.model, "a run on the event loop took over "
-                            f"{self._inline.abort_run * 1000:g} ms"))
-            if job is None and self._runs_long and (len(requests) > 1 or self._queue):
-                begun = threading.Lock()
-                begun.acquire()
-                job = self._worker.submit(self._work, requests, outputs, begun)
-                begun.acquire(timeout=HANDOFF_WAIT)  # lets the worker take the GIL; see above
-            elif job is None:
-                job = self._worker.submit(self._work, requests, outputs)
-            parts, seconds = await asyncio.wrap_future(job)
-            self._inline.observe(seconds, rows)
-            return parts, False, seconds
-        except Unsplittable:
-            self._hooks.unsplittable(
-                "an output's first dimension does not follow the batch's rows; "
-                "running requests alone"
-            )
-            loop = asyncio.get_running_loop()
-            alone = [
-                await loop.run_in_executor(self._worker, instance.run_blocking, inputs, outputs)
-                for inputs in requests
-            ]
-            return alone, False, time.perf_counter() - started
-
-    def _work(
-        self, requests: Sequence[Arrays], outputs: Sequence[str] | None,
-        begun: threading.Lock | None = None,
-    ) -> Ran:
-        """On the worker thread: one run, then, after a long one, on to the next due batch."""
-        if begun is not None:
-            begun.release()
-        started = time.perf_counter()
-        cpu = time.thread_time()
-        parts = self._instance.run_batch_blocking(requests, outputs)
-        seconds = time.perf_counter() - started
-        long_run = self._long_run
-        if long_run is None:
-            long_run = sys.getswitchinterval() * LONG_RUN
-        self._runs_long = time.thread_time() - cpu >= long_run
-        if not self._runs_long:
-            return parts, seconds
-        try:
-            self._take()
-        except Exception as exc:  # the run is good; what is still queued waits for the loop
-            log_event("batch_take_failed", logging.ERROR, model=self.model,
-                      error=describe_exception(exc))
-        return parts, seconds
-
     def _take(self) -> None:
         """On the worker thread: take the batch `collect_batch` would dispatch now, if any, and
         submit its run. Expired, dropped, and batches waiting for company are left to the loop."""
@@ -361,8 +281,7 @@ class Batcher:
             if not batch:
                 return
             try:
-                job = self._worker.submit(self._work, [p.inputs for p in batch],
-                                          batch[0].outputs)
+                job = self._handoff.submit([p.inputs for p in batch], batch[0].outputs)
             except RuntimeError:  # the executor is shutting down: leave them to the loop
                 return
             chosen = {id(p) for p in batch}
