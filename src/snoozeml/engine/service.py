@@ -11,6 +11,7 @@ from typing import Any
 from snoozeml import SERVER_NAME, __version__
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.added import CONFIG, AddedModels
+from snoozeml.engine.capabilities import Capabilities, CapabilityReader, EmbeddingSettings
 from snoozeml.engine.events import Draining, EventBus, InferenceFailed, InferenceStarted
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.model import Model
@@ -62,6 +63,7 @@ class InferenceService:
         self.draining = False
         self.started_at = manager.clock.wall()
         self.added = AddedModels(manager)
+        self._capabilities = CapabilityReader()
 
     def start_draining(self) -> None:
         """Not ready from now on (in-flight requests still finish)."""
@@ -120,6 +122,21 @@ class InferenceService:
             for out_name, array in results.items()
         ]
         return InferResponse(name, version or model.versions[-1], outputs, id=request.id)
+
+    # --- what a model can do (the OpenAI-compatible routes) --------------------------------
+
+    def model_names(self) -> list[str]:
+        """Every model the server has now, configured or added at run time, loaded or not."""
+        return list(self.manager.models)
+
+    def capabilities(self, name: str) -> Capabilities:
+        """What the model can do besides OIP inference; ModelNotFound for an unknown name."""
+        return self._capabilities.capabilities(self.manager.get(name))
+
+    def embedding_settings(self, name: str) -> EmbeddingSettings:
+        """How the text embedding model shapes its answers; ModelNotFound for an unknown
+        name, BackendError when its files name a layout SnoozeML does not run."""
+        return self._capabilities.embedding_settings(self.manager.get(name))
 
     # --- repository ------------------------------------------------------------------------
 

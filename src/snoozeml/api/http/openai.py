@@ -28,17 +28,11 @@ from snoozeml.api.boundary import CALL, ErrorAnswer
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http.body import read_body
 from snoozeml.datatypes import ModelMetadata
+from snoozeml.engine.capabilities import TEXT, TOKEN_COUNT, Capabilities
 from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
 from snoozeml.engine.service import InferenceService
-from snoozeml.errors import BackendError, InvalidInput, ModelNotFound
+from snoozeml.errors import InvalidInput, ModelNotFound
 from snoozeml.operations import Operation
-from snoozeml.runtime.text.settings import (
-    TextSettings,
-    UnsupportedLayout,
-    can_embed,
-    text_settings,
-)
-from snoozeml.runtime.text.tokenizer import TEXT, TOKEN_COUNT
 
 EMBEDDING = "embedding"
 OPENAI_OPERATIONS = frozenset({Operation.EMBEDDINGS, Operation.OPENAI_MODELS})
@@ -143,9 +137,6 @@ class Embeddings:
         self.service = service
         self.max_request_size = max_request_size
         self.max_inputs = max_inputs
-        # What each model's files say, read once (on the event loop: never per request).
-        self._embeds: dict[str, bool] = {}
-        self._settings: dict[str, TextSettings] = {}
 
     # --- /v1/models -----------------------------------------------------------------------
 
@@ -153,36 +144,23 @@ class Embeddings:
         return {"id": name, "object": "model", "created": int(self.service.started_at),
                 "owned_by": OWNED_BY}
 
-    def _can_embed(self, name: str) -> bool:
-        found = self._embeds.get(name)
-        if found is None:
-            found = self._embeds[name] = can_embed(self.service.manager.get(name, None).spec)
-        return found
-
-    def _text_settings(self, model: Any) -> TextSettings:
-        found = self._settings.get(model.name)
-        if found is None:
-            try:
-                found = self._settings[model.name] = text_settings(model.spec)
-            except UnsupportedLayout as exc:  # the files changed since the model loaded
-                raise BackendError(str(exc)) from None
-        return found
-
-    def _embedding_model(self, name: str) -> Any:
-        model = self.service.manager.get(name, None)
-        if not self._can_embed(name):
+    def _embedding_model(self, name: str) -> Capabilities:
+        """What the model can do (the service reads it once per model); a 404 unless it
+        embeds."""
+        capabilities = self.service.capabilities(name)
+        if not capabilities.embeddings:
             raise NotAnEmbeddingModel(
                 f"model {name!r} does not produce embeddings: serve a feature-extraction model "
                 "with tokenize = true (docs/embeddings.md)")
-        return model
+        return capabilities
 
     async def models(self, request: Request) -> Response:
         name = request.path_params.get("name")
         if name is not None:
             self._embedding_model(name)
             return _json(self._model_json(name))
-        data = [self._model_json(name) for name in self.service.manager.models
-                if self._can_embed(name)]
+        data = [self._model_json(name) for name in self.service.model_names()
+                if self.service.capabilities(name).embeddings]
         return _json({"object": "list", "data": data})
 
     # --- /v1/embeddings -------------------------------------------------------------------
@@ -199,15 +177,15 @@ class Embeddings:
         inputs = parse_input(doc.get("input"), self.max_inputs)
         dimensions = parse_dimensions(doc.get("dimensions"))
         encoding = parse_encoding(doc.get("encoding_format"))
-        model = self._embedding_model(name)
+        capabilities = self._embedding_model(name)
         # Loaded first: a model whose settings cannot be worked out fails its load, and the
         # answer is that load error (503), not this request's fault.
         metadata = await self.service.model_metadata(name)
-        settings = self._text_settings(model)
+        settings = self.service.embedding_settings(name)
         width = _check_model(metadata, name, inputs)
         if width > 0:  # refused before the model runs when the metadata says the width
-            _check_dimensions(dimensions, width, name, model.spec.matryoshka)
-        rows = _piece_rows(len(inputs), model.spec.batching.max_batch_size)
+            _check_dimensions(dimensions, width, name, settings.matryoshka)
+        rows = _piece_rows(len(inputs), capabilities.max_batch_size)
         if inputs.texts is not None:
             pieces = [_text_request(inputs.texts[i:i + rows])
                       for i in range(0, len(inputs.texts), rows)]
@@ -219,7 +197,7 @@ class Embeddings:
         embeddings, counts = await self._run(name, pieces)
         if width <= 0:  # now the answer says it
             width = embeddings.shape[1]
-            _check_dimensions(dimensions, width, name, model.spec.matryoshka)
+            _check_dimensions(dimensions, width, name, settings.matryoshka)
         if dimensions is not None and dimensions < width:
             embeddings = embeddings[:, :dimensions]
             if settings.normalize:

@@ -1,0 +1,70 @@
+"""What a model can do beyond plain Open Inference Protocol inference, in the engine's terms:
+whether it embeds text (what the OpenAI-compatible routes serve), and how its embeddings are
+shaped. The service (engine/service.py) answers the transports from here, so none of them
+reads a model's entry or imports the runtime's file readers (runtime/text/settings.py).
+
+What a model's entry and files say is read once per model (on the event loop, a few small JSON
+files at most), never per request; a model removed and added again under its name is read
+afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from weakref import WeakKeyDictionary
+
+from snoozeml.engine.model import Model
+from snoozeml.errors import BackendError
+from snoozeml.runtime.text.settings import UnsupportedLayout, can_embed, text_settings
+from snoozeml.runtime.text.tokenizer import TEXT, TOKEN_COUNT
+
+__all__ = ["TEXT", "TOKEN_COUNT", "Capabilities", "CapabilityReader", "EmbeddingSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a model can be asked besides OIP inference."""
+
+    embeddings: bool  # a text embedding model: takes `TEXT`, answers embeddings and TOKEN_COUNT
+    max_batch_size: int  # rows of one batch (1 or less: the model does not batch)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSettings:
+    """How a text embedding model shapes its answers (its entry, completed from its files)."""
+
+    normalize: bool  # embeddings are unit length, so shortened ones are normalised again
+    max_length: int  # tokens a row holds at most
+    truncate: bool  # a longer row is cut to max_length (else refused)
+    matryoshka: bool  # trained so that a prefix of an embedding is an embedding too
+
+
+class CapabilityReader:
+    """Each model's capabilities and embedding settings, read the first time they are asked
+    for and kept as long as the model is."""
+
+    def __init__(self) -> None:
+        self._capabilities: WeakKeyDictionary[Model, Capabilities] = WeakKeyDictionary()
+        self._embeddings: WeakKeyDictionary[Model, EmbeddingSettings] = WeakKeyDictionary()
+
+    def capabilities(self, model: Model) -> Capabilities:
+        found = self._capabilities.get(model)
+        if found is None:
+            spec = model.spec
+            found = self._capabilities[model] = Capabilities(
+                embeddings=can_embed(spec), max_batch_size=spec.batching.max_batch_size)
+        return found
+
+    def embedding_settings(self, model: Model) -> EmbeddingSettings:
+        """BackendError when the model's files name a layout SnoozeML does not run (they
+        changed since the model loaded: that layout fails its load)."""
+        found = self._embeddings.get(model)
+        if found is None:
+            spec = model.spec
+            try:
+                text = text_settings(spec)
+            except UnsupportedLayout as exc:
+                raise BackendError(str(exc)) from exc
+            found = self._embeddings[model] = EmbeddingSettings(
+                text.normalize, text.max_length, text.truncate, spec.matryoshka)
+        return found
