@@ -1,4 +1,5 @@
-"""Model lifecycle: the states, the events, and the one pure transition table.
+"""Model lifecycle: the states, the events, the one pure transition table, and the FAILED
+state's backoff (`LoadFailures`).
 
     UNLOADED --load--> LOADING --loaded--> READY --unload--> UNLOADING --unloaded--> UNLOADED
        ^                  |  |                                                          ^
@@ -13,7 +14,10 @@ Invariant: a model has an instance exactly when it is READY or UNLOADING.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+
+from snoozeml.errors import ModelLoadFailed, SnoozeError, describe_exception
 
 
 class State(StrEnum):
@@ -62,3 +66,39 @@ def load_backoff(failures: int, base: float = 1.0, cap: float = 300.0) -> float:
     if failures <= 0:
         return 0.0
     return min(base * 2.0 ** (failures - 1), cap)
+
+
+@dataclass(slots=True)
+class LoadFailures:
+    """A FAILED model's record: its failed loads in a row, the last one's error, and until when
+    a request gets that error instead of another load (`load_backoff`). Only an explicit load
+    skips the wait; a good load or an unload clears the record."""
+
+    count: int = 0
+    error: str = ""
+    retry_at: float = 0.0  # monotonic seconds
+
+    def record(self, exc: Exception, now: float) -> float:
+        """Count a failed load at `now`; the seconds until a request may try again."""
+        self.count += 1
+        backoff = load_backoff(self.count)
+        self.retry_at = now + backoff
+        self.error = exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
+        return backoff
+
+    def refusal(self, model: str, now: float) -> ModelLoadFailed | None:
+        """What a request gets at `now`, while the backoff runs; None once it may load."""
+        wait = self.retry_at - now
+        if wait <= 0:
+            return None
+        prefix = "" if self.error.startswith(f"model {model!r}") else \
+            f"model {model!r} failed to load: "
+        return ModelLoadFailed(prefix + self.error, retry_after=wait)
+
+    def skip_backoff(self) -> None:
+        self.retry_at = 0.0
+
+    def clear(self) -> None:
+        self.count = 0
+        self.error = ""
+        self.retry_at = 0.0

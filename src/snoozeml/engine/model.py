@@ -1,7 +1,9 @@
 """One configured model: its lifecycle, its leases and its idle timer.
 
 The model decides *when* replicas come and go; its `ReplicaSet` (engine/replicas/pool.py) knows
-*how* (memory admission, loading, measuring, unloading). A request takes a lease on one replica:
+*how* (memory admission, loading, measuring, unloading), and its `ReplicaSteps`
+(engine/replicas/steps.py) add and remove them one at a time. A request takes a lease on one
+replica:
 
     async with model.lease() as replica:
         ...  # the model stays loaded, and the replica running, until the block ends
@@ -11,16 +13,13 @@ Invariants:
   change is published (`StateChanged`).
 - At most one load task and one unload task exist at a time (single-flight).
 - The model has replicas exactly when it is READY or UNLOADING.
-- A model with leases (`_in_flight > 0`) is never unloaded; the unload waits for the last one.
-- The idle timer measures from the end of the last lease.
+- A model with leases (counted in engine/leases.py) is never unloaded; the unload waits for the
+  last one. The idle timer measures from the end of the last lease.
 - A model that does not load on demand (`on_demand` False: ModelMesh's, which it places) loads
   only by `load()`; a request that finds it unloaded or failed gets ModelNotFound.
-- Replicas are added and removed one at a time, under `_scaling`, and only while READY; an
-  unload waits for the one in progress. While one is added the model is never evicted (the
-  add may be waiting for the memory an eviction would be freeing).
-
-Long because the lifecycle, the leases and the scaling steps share one state and the invariants
-above: apart, each would reach into the others' fields.
+- Replicas are added and removed one at a time (`steps`), and only while READY; an unload
+  waits for the one in progress. While one is added the model is never evicted (the add may be
+  waiting for the memory an eviction would be freeing).
 """
 
 from __future__ import annotations
@@ -37,25 +36,20 @@ from snoozeml.engine.events import (
     EventBus,
     LoadDeferred,
     LoadFailed,
-    ModelIdle,
-    ReplicaAdded,
-    ReplicaDraining,
-    ReplicaFailed,
-    ReplicaRemoved,
     StateChanged,
     Unloaded,
 )
 from snoozeml.engine.idle import IdleTimer
-from snoozeml.engine.lifecycle import Event, State, load_backoff, transition
+from snoozeml.engine.leases import Leases
+from snoozeml.engine.lifecycle import Event, LoadFailures, State, transition
 from snoozeml.engine.memory.budgets import Resident
 from snoozeml.engine.replicas.pool import ReplicaSet
 from snoozeml.engine.replicas.replica import Replica
+from snoozeml.engine.replicas.steps import ReplicaSteps
 from snoozeml.errors import (
     LoadTimeout,
     MemoryExhausted,
-    ModelLoadFailed,
     ModelNotFound,
-    ModelTooLarge,
     SnoozeError,
     describe_exception,
 )
@@ -79,7 +73,7 @@ class Lease:
     async def __aenter__(self) -> Replica:
         model = self._model
         if model._state is State.READY:  # the hot path: no coroutine more
-            self.replica = model._take()
+            self.replica = model._leases.take()
         else:
             self.replica = await model._acquire_slow(self._load)
         return self.replica
@@ -92,7 +86,7 @@ class Lease:
     ) -> None:
         replica, self.replica = self.replica, None
         if replica is not None:
-            self._model._release(replica)
+            self._model._leases.release(replica)
 
 
 class Model:
@@ -112,24 +106,16 @@ class Model:
         self._clock = clock
         self._state = State.UNLOADED
         self._reason = ""
-        self._error: str | None = None
-        self._failures = 0
-        self._retry_at = 0.0
+        self._failures = LoadFailures()  # while FAILED: the error and the backoff
         self._metadata: ModelMetadata | None = None
         self._load_task: asyncio.Task[SnoozeError | None] | None = None
         self._unload_task: asyncio.Task[None] | None = None
-        self._in_flight = 0
-        # Requests waiting on a load: the model they load is not idle before they take their
-        # lease, or a load waiting for memory could evict it first (and be evicted in turn).
-        self._awaiting_load = 0
-        self._drained: asyncio.Event | None = None
         self._loaded_at = clock.now()
-        self._last_used_wall: float | None = None
         self._idle = IdleTimer(clock, spec.idle_timeout if spec.replicas.min == 0 else None,
                                self._on_idle)
-        self._scaling = asyncio.Lock()
-        self.scale_blocked: str | None = None  # why replicas cannot be added, this episode
-        self.scale_error: str | None = None  # the last failed add's error
+        self._leases = Leases(self.name, replicas, events, clock, self._idle)
+        self.steps = ReplicaSteps(self.name, replicas, events,
+                                  lambda: self._state is State.READY)
         # Removed from the manager (a model added at run time, unloaded for good): no load
         # starts any more, whoever still holds the object.
         self.retired = False
@@ -144,7 +130,7 @@ class Model:
     def reason(self) -> str:
         """Why the model is in its state: the unload reason, or the load error."""
         if self._state is State.FAILED:
-            return self._error or ""
+            return self._failures.error
         return self._reason
 
     @property
@@ -153,12 +139,12 @@ class Model:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._leases.held
 
     @property
     def last_used(self) -> float | None:
         """Epoch seconds at which the last lease ended."""
-        return self._last_used_wall
+        return self._leases.last_used
 
     @property
     def pinned(self) -> bool:
@@ -169,7 +155,7 @@ class Model:
     @property
     def scaling(self) -> bool:
         """A replica is being added or removed."""
-        return self._scaling.locked()
+        return self.steps.busy
 
     def check_present(self) -> None:
         """ModelNotFound when the model is not here as far as requests go: it does not load
@@ -180,7 +166,7 @@ class Model:
 
     def expires_in(self) -> float | None:
         """Seconds until the idle timer unloads the model, or None if it will not."""
-        if self._state is not State.READY or self._in_flight:
+        if self._state is not State.READY or self._leases.held:
             return None
         return self._idle.remaining()
 
@@ -206,9 +192,9 @@ class Model:
             return None
         if self._state is State.UNLOADING:
             holds = "unloading"
-        elif self._in_flight or self.replicas.queued or self._awaiting_load:
+        elif self._leases.held or self.replicas.queued or self._leases.awaiting_load:
             holds = "busy"
-        elif self._scaling.locked():
+        elif self.steps.busy:
             holds = "scaling"
         elif self.pinned:
             holds = "pinned"
@@ -221,13 +207,6 @@ class Model:
     def lease(self) -> Lease:
         return Lease(self)
 
-    def _take(self) -> Replica:
-        """A lease on a replica of the READY model."""
-        replica = self.replicas.pick()
-        replica.in_flight += 1
-        self._in_flight += 1
-        return replica
-
     async def _acquire_slow(self, load: bool = False) -> Replica:
         timeout = self.spec.load_timeout
         if timeout is None:
@@ -236,7 +215,7 @@ class Model:
         while True:
             state = self._state
             if state is State.READY:
-                return self._take()
+                return self._leases.take()
             if state is State.UNLOADING and self._unload_task is not None:
                 await asyncio.shield(self._unload_task)
                 continue
@@ -245,12 +224,9 @@ class Model:
             if not load:
                 self.check_present()
             if state is State.FAILED:
-                wait = self._retry_at - self._clock.now()
-                if wait > 0:
-                    error = self._error or ""
-                    prefix = "" if error.startswith(f"model {self.name!r}") else \
-                        f"model {self.name!r} failed to load: "
-                    raise ModelLoadFailed(prefix + error, retry_after=wait)
+                refusal = self._failures.refusal(self.name, self._clock.now())
+                if refusal is not None:
+                    raise refusal
                 self._start_load()
             elif state is State.UNLOADED:
                 self._start_load()
@@ -259,11 +235,11 @@ class Model:
             try:
                 if remaining <= 0:
                     raise TimeoutError
-                self._awaiting_load += 1
+                self._leases.awaiting_load += 1
                 try:
                     aborted = await asyncio.wait_for(asyncio.shield(self._load_task), remaining)
                 finally:
-                    self._awaiting_load -= 1  # the loop takes the lease without awaiting
+                    self._leases.awaiting_load -= 1  # the loop takes the lease without awaiting
             except TimeoutError:
                 raise LoadTimeout(
                     f"model {self.name!r} is still loading after {timeout:g}s (its load_timeout)",
@@ -272,25 +248,12 @@ class Model:
             if aborted is not None and (load or self.on_demand):
                 raise aborted  # else the loop finds the model not present: not found
 
-    def _release(self, replica: Replica) -> None:
-        """End a lease. The last one to end starts the idle timer."""
-        replica.in_flight -= 1
-        if replica.drained is not None and not replica.in_flight:
-            replica.drained.set()
-        self._in_flight -= 1
-        self._last_used_wall = self._clock.wall()
-        if self._in_flight == 0:
-            self._idle.touch()
-            if self._drained is not None:
-                self._drained.set()
-            self._events.publish(ModelIdle(self.name))
-
     # --- idle timer ------------------------------------------------------------------------
 
     def _on_idle(self) -> None:
         # Requests still waking from the load they waited on are about to take their leases:
         # unloading under them (with idle_timeout = 0) would load and unload for ever.
-        if self._in_flight == 0 and self._awaiting_load == 0:
+        if self._leases.held == 0 and self._leases.awaiting_load == 0:
             self._spawn_unload("idle")
 
     def _spawn_unload(self, reason: str) -> None:
@@ -326,8 +289,7 @@ class Model:
                             self._clock.now() - started)
             raise
         self._metadata = replace(replica.metadata, versions=self.versions)
-        self._failures = 0
-        self._error = None
+        self._failures.clear()
         self._reason = ""
         self._loaded_at = self._clock.now()
         self._move(Event.LOADED)
@@ -335,12 +297,9 @@ class Model:
         return None
 
     def _fail_load(self, exc: Exception, seconds: float) -> None:
-        self._failures += 1
-        backoff = load_backoff(self._failures)
-        self._retry_at = self._clock.now() + backoff
-        self._error = exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
+        backoff = self._failures.record(exc, self._clock.now())
         self._move(Event.LOAD_FAILED)
-        self._events.publish(LoadFailed(self.name, self._error, backoff, seconds))
+        self._events.publish(LoadFailed(self.name, self._failures.error, backoff, seconds))
 
     async def abandon_load(self) -> None:
         """At shutdown: a load still running is abandoned (its thread is left to finish and
@@ -355,67 +314,10 @@ class Model:
         Brings up `replicas.min` replicas (at least one); a replica beyond the first that
         cannot be added leaves the model serving on the ones it has."""
         if self._state is State.FAILED:
-            self._retry_at = 0.0
+            self._failures.skip_backoff()
         async with Lease(self, load=True):
             pass
-        if len(self.replicas.ready) < self.spec.replicas.min:
-            # A task of its own, like the first load: a caller that goes away must not cut a
-            # replica's load in half (the instance would be built and never closed).
-            await asyncio.shield(asyncio.get_running_loop().create_task(self._fill_min()))
-
-    async def _fill_min(self) -> None:
-        while len(self.replicas.ready) < min(self.spec.replicas.min,
-                                             self.replicas.max_replicas):
-            try:
-                if await self.add_replica(until=self.spec.replicas.min) is None:
-                    return
-            except Exception:  # published by add_replica; the autoscaler tries again later
-                return
-
-    # --- replicas --------------------------------------------------------------------------
-
-    async def add_replica(
-        self, colder_than: float | None = None, until: int | None = None
-    ) -> Replica | None:
-        """One more replica for the READY model, if memory admits it at once (evicting only
-        models used before `colder_than`); None when the model is not READY, or already has
-        `until` ready replicas (or its most) once the step before has finished. A failure is
-        published (ReplicaFailed) and raised: MemoryExhausted, ModelTooLarge or the backend's
-        error."""
-        async with self._scaling:
-            most = self.replicas.max_replicas if until is None else \
-                min(until, self.replicas.max_replicas)
-            if self._state is not State.READY or len(self.replicas.ready) >= most:
-                return None
-            try:
-                replica = await self.replicas.add(wait=False, colder_than=colder_than)
-            except Exception as exc:
-                error = exc.message if isinstance(exc, SnoozeError) else describe_exception(exc)
-                first = self.scale_blocked is None
-                self.scale_blocked = self.scale_error = error
-                self._events.publish(ReplicaFailed(
-                    self.name, error, isinstance(exc, (MemoryExhausted, ModelTooLarge)), first))
-                raise
-            self.scale_blocked = None
-            self._events.publish(ReplicaAdded(self.name, replica.index, replica.device,
-                                              len(self.replicas.ready)))
-            return replica
-
-    async def remove_replica(self, until: int = 1) -> bool:
-        """Drain the replica with the least work and close it once it has finished; False
-        when the model is not READY or has `until` ready replicas or fewer once the step
-        before has finished (the last one goes with the model, by the idle timer or an
-        unload)."""
-        async with self._scaling:
-            if self._state is not State.READY or len(self.replicas.ready) <= max(until, 1):
-                return False
-            replica = self.replicas.start_draining()
-            ready = len(self.replicas.ready)
-            self._events.publish(ReplicaDraining(self.name, replica.index, ready))
-            freed = await self.replicas.remove(replica)
-            self._events.publish(ReplicaRemoved(self.name, replica.index, replica.device,
-                                                freed, ready))
-            return True
+        await self.steps.fill(self.spec.replicas.min)
 
     async def metadata(self) -> ModelMetadata:
         """The model's metadata; loads the model once if it has never been loaded (a FAILED
@@ -439,8 +341,7 @@ class Model:
                 continue
             if state is State.FAILED:
                 # An explicit unload clears the failure: the next load starts a fresh backoff.
-                self._failures = 0
-                self._retry_at = 0.0
+                self._failures.clear()
                 self._reason = reason
                 self._move(Event.UNLOAD)
                 return
@@ -454,19 +355,16 @@ class Model:
         try:
             self._move(Event.UNLOAD)
             self._idle.cancel()
-            if self._in_flight:
-                self._drained = asyncio.Event()
-                await self._drained.wait()
-                self._drained = None
+            await self._leases.drained()
             try:
-                async with self._scaling:  # a replica being added or drained finishes first
+                async with self.steps.lock:  # a replica being added or drained finishes first
                     freed = await self.replicas.remove_all()
             except Exception as exc:  # the replicas are gone either way; so is the model
                 log_event("unload_failed", logging.ERROR, model=self.name,
                           error=describe_exception(exc))
                 freed = 0
             self._reason = reason
-            self.scale_blocked = None
+            self.steps.blocked = None
             self._move(Event.UNLOADED)
             self._events.publish(Unloaded(self.name, reason, freed))
         finally:

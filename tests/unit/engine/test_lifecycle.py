@@ -1,4 +1,4 @@
-"""The pure lifecycle table and the load backoff."""
+"""The pure lifecycle table, the load backoff, and a FAILED model's record of it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from snoozeml.engine.lifecycle import (
     TRANSITIONS,
     Event,
     InvalidTransition,
+    LoadFailures,
     State,
     load_backoff,
     transition,
 )
+from snoozeml.errors import ModelLoadFailed, ModelTooLarge
 
 ALLOWED = [
     (State.UNLOADED, Event.LOAD, State.LOADING),
@@ -91,3 +93,33 @@ def test_load_backoff_starts_at_one_second_and_doubles_up_to_five_minutes(
 def test_load_backoff_honours_its_base_and_cap() -> None:
     assert load_backoff(3, base=0.5, cap=10.0) == 2.0
     assert load_backoff(8, base=0.5, cap=10.0) == 10.0
+
+
+def test_a_failed_load_refuses_requests_until_its_backoff_has_passed() -> None:
+    failures = LoadFailures()
+    assert failures.record(OSError("disk gone"), now=100.0) == 1.0
+    assert failures.record(OSError("disk gone"), now=200.0) == 2.0  # the second in a row
+    refusal = failures.refusal("m", now=201.5)
+    assert isinstance(refusal, ModelLoadFailed)
+    assert refusal.retry_after == 0.5
+    assert refusal.message == "model 'm' failed to load: OSError: disk gone"
+    assert failures.refusal("m", now=202.0) is None  # the backoff has passed: load again
+
+
+def test_a_refusal_names_the_model_once_and_an_explicit_load_skips_the_backoff() -> None:
+    failures = LoadFailures()
+    failures.record(ModelTooLarge("model 'm' needs 9 GiB"), now=0.0)
+    refusal = failures.refusal("m", now=0.0)
+    assert refusal is not None
+    assert refusal.message == "model 'm' needs 9 GiB"
+    failures.skip_backoff()
+    assert failures.refusal("m", now=0.0) is None
+    assert failures.count == 1  # the next failure still doubles the wait
+
+
+def test_a_good_load_or_an_unload_clears_the_record() -> None:
+    failures = LoadFailures()
+    failures.record(OSError("disk gone"), now=0.0)
+    failures.clear()
+    assert (failures.count, failures.error, failures.refusal("m", now=0.0)) == (0, "", None)
+    assert failures.record(OSError("disk gone"), now=0.0) == 1.0  # a fresh backoff

@@ -251,13 +251,13 @@ class Autoscaler:
                 self._add(watch, colder_than, desired))
         elif desired < ready:
             watch.step = asyncio.get_running_loop().create_task(self._remove(watch, desired))
-        elif model.scale_blocked is not None and not changing and \
+        elif model.steps.blocked is not None and not changing and \
                 desired_replicas(replace(stats, retry_at=0.0), now, watch.policy) <= ready:
-            model.scale_blocked = None  # the model no longer wants one: the episode is over
+            model.steps.blocked = None  # the model no longer wants one: the episode is over
 
     async def _add(self, watch: _Watch, colder_than: float, desired: int) -> None:
         try:
-            await watch.model.add_replica(colder_than, until=desired)
+            await watch.model.steps.add_replica(colder_than, until=desired)
             watch.failures = 0
             watch.retry_at = 0.0
         except Exception:  # published by the model (ReplicaFailed): wait before the next try
@@ -269,7 +269,7 @@ class Autoscaler:
 
     async def _remove(self, watch: _Watch, desired: int) -> None:
         try:
-            await watch.model.remove_replica(until=desired)
+            await watch.model.steps.remove_replica(until=desired)
         except Exception as exc:  # boundary of a background step
             log_event("replica_remove_failed", logging.ERROR, model=watch.model.name,
                       error=describe_exception(exc))

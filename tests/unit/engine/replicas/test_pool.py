@@ -210,8 +210,8 @@ def test_a_replica_that_fails_to_load_leaves_the_model_serving_and_says_so(
         await model.load()  # min = 2: the second replica fails, the load itself does not
         errors = []
         with pytest.raises(RuntimeError, match="the device said no"):
-            await model.add_replica()
-        errors.append(model.scale_blocked)
+            await model.steps.add_replica()
+        errors.append(model.steps.blocked)
         y = await infer_once(service)
         status = service.snapshot().models[0]
         failed = [e for e in seen if isinstance(e, ReplicaFailed)]
@@ -240,7 +240,7 @@ def test_a_replica_memory_does_not_admit_is_refused_at_once_and_the_model_keeps_
         model = service.manager.models["mlp"]
         await model.load()
         with pytest.raises(MemoryExhausted) as refused:
-            await model.add_replica()
+            await model.steps.add_replica()
         y = await infer_once(service)
         status = service.snapshot().models[0]
         return [model.state, len(model.replicas.ready), y.shape, refused.value.message,
@@ -272,9 +272,9 @@ def test_an_added_replica_evicts_only_models_colder_than_the_spike(tmp_path: Pat
         await models["warm"].load()
         await models["hot"].load()
         spike_started = clock.now() - 1.0  # warm was used within the spike; cold was not
-        await models["hot"].add_replica(colder_than=spike_started)
+        await models["hot"].steps.add_replica(colder_than=spike_started)
         with pytest.raises(MemoryExhausted):  # only warm is left, and it is spared
-            await models["hot"].add_replica(colder_than=spike_started)
+            await models["hot"].steps.add_replica(colder_than=spike_started)
         return [{name: m.state for name, m in models.items()},
                 len(models["hot"].replicas.ready),
                 [(e.reason, e.model) for e in seen if isinstance(e, Unloaded)]]
@@ -308,7 +308,7 @@ def test_scaling_down_drains_a_replica_without_losing_its_requests(tmp_path: Pat
             model.replicas.ready.remove(other)
             model.replicas.ready.append(other)
             other.in_flight += 5
-            removing = asyncio.create_task(model.remove_replica())
+            removing = asyncio.create_task(model.steps.remove_replica())
             await asyncio.sleep(0)
             other.in_flight -= 5
             states = [r.state.value for r in model.replicas.replicas]
