@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.routing import APIRoute
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.grpc.modelmesh import ModelRuntimeServicer
@@ -39,11 +38,11 @@ def table_routes() -> list[tuple[str, str]]:
     return [route for spec in OPERATIONS.values() for route in spec.http]
 
 
-def fastapi_routes(service: InferenceService) -> set[tuple[str, str]]:
+def app_routes(service: InferenceService) -> set[tuple[str, str]]:
     app = create_app(service, RequestBoundary(service.events), 1024)
     return {
         (method, route.path)
-        for route in app.routes if isinstance(route, APIRoute)
+        for route in app.routes if isinstance(route, Route)
         for method in route.methods if method != "HEAD"
     }
 
@@ -57,12 +56,12 @@ def test_no_route_belongs_to_two_operations() -> None:
     assert twice == []
 
 
-def test_fastapi_serves_exactly_the_table_routes_but_inference(
+def test_the_app_serves_exactly_the_table_routes_but_inference(
     service: InferenceService,
 ) -> None:
     expected = {route for operation, spec in OPERATIONS.items()
                 if operation not in SERVED_ELSEWHERE for route in spec.http}
-    assert fastapi_routes(service) == expected
+    assert app_routes(service) == expected
 
 
 def test_the_inference_fast_path_serves_exactly_the_infer_routes(
@@ -77,8 +76,8 @@ def test_the_inference_fast_path_serves_exactly_the_infer_routes(
         assert match["name"] == "some-model"
     others = [path for method, path in table_routes() if (method, path) not in infer]
     assert [p for p in others if INFER_PATH.match(concrete(p))] == []
-    # Nothing FastAPI serves is shadowed by the fast path in front of it.
-    assert [p for _, p in fastapi_routes(service) if INFER_PATH.match(concrete(p))] == []
+    # Nothing the app serves is shadowed by the fast path in front of it.
+    assert [p for _, p in app_routes(service) if INFER_PATH.match(concrete(p))] == []
 
 
 def _grpc_methods() -> Iterator[tuple[str, str]]:
@@ -127,7 +126,7 @@ def test_the_every_model_routes_are_not_taken_for_a_model_named_like_them(
     app = create_app(service, RequestBoundary(service.events), 1024)
     scope = {"type": "http", "method": "GET", "path": "/v2/models/stats", "path_params": {}}
     first = next(route for route in app.routes if route.matches(scope)[0] is Match.FULL)
-    assert isinstance(first, APIRoute)
+    assert isinstance(first, Route)
     assert first.path == "/v2/models/stats"
 
 

@@ -1,6 +1,6 @@
 """The one request boundary both transports share.
 
-Every public operation, over HTTP (the fast path and the FastAPI routes alike) and gRPC,
+Every public operation, over HTTP (the fast path and the Starlette routes alike) and gRPC,
 starts a `Call` here and ends it here: `succeeded`, `cancelled` (the client left), or `failed`
 with the exception that ended it. `failed` is the one place that turns an error into an answer
 (the HTTP status, the gRPC code, the message, and Retry-After or its gRPC trailers); each

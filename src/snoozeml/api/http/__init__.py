@@ -1,2 +1,2 @@
-"""The HTTP transport: the inference fast path on the daemon's own protocol, the FastAPI routes,
+"""The HTTP transport: the inference fast path on the daemon's own protocol, the Starlette routes,
 body reading and connection limits."""

@@ -1,4 +1,4 @@
-"""Reading an HTTP request body: the one reader for the fast path and the FastAPI routes.
+"""Reading an HTTP request body: the one reader for the fast path and the Starlette routes.
 
 The declared Content-Length is refused (413) before anything is read when it is over the
 limit; a body sent in chunks is refused as soon as it passes it; a `Content-Encoding: gzip` or

@@ -1,8 +1,9 @@
-"""The inference route, served by the daemon's HTTP protocol in front of FastAPI.
+"""The inference route, served by the daemon's HTTP protocol in front of the Starlette app.
 
-Every other endpoint goes through FastAPI. Inference skips FastAPI's middleware and routing
-chain (seven layers in current FastAPI), which costs more than a small model's run: measured on
-the bench MLP it is the difference between ~2,500 and ~4,000+ requests/s on two cores. It is
+Every other endpoint goes through the app (api/http/rest.py). Inference skips its middleware
+and routing chain, which costs more than a small model's run: measured on the bench MLP, when
+that chain was FastAPI's (seven layers), it was the difference between ~2,500 and ~4,000+
+requests/s on two cores. It is
 the same request boundary as any other endpoint (api/boundary.py): the same answers to errors,
 the same event when it ends.
 """

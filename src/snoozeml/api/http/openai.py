@@ -22,7 +22,8 @@ from typing import Any, cast
 
 import numpy as np
 import orjson
-from fastapi import Request, Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from snoozeml.api.boundary import CALL, ErrorAnswer
 from snoozeml.api.codec import parse_json

@@ -1,10 +1,12 @@
-"""HTTP transport: the Open Inference Protocol REST endpoints on FastAPI, except inference
+"""HTTP transport: the Open Inference Protocol REST endpoints on Starlette, except inference
 (api/http/fastpath.py).
 
 The routes are the ones snoozeml/operations.py lists, registered from that table: each
 operation has one handler here, and each handler runs inside the shared request boundary.
 Endpoints take the raw Request and answer with orjson bytes: tensors never pass through
-pydantic, which would cost more than the model on small requests.
+pydantic, which would cost more than the model on small requests. Plain Starlette routes, not
+FastAPI's: nothing here uses its validation, injection or generated OpenAPI (the document is
+written by hand, api/openapi/), and importing it was a large part of the start-up.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request, Response
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from snoozeml.api.boundary import CALL, ErrorAnswer, RequestBoundary
 from snoozeml.api.codec import parse_json
@@ -64,7 +69,7 @@ def _model_args(request: Request) -> tuple[str, str | None]:
 def handlers(
     service: InferenceService, max_request_size: int, metrics: Metrics | None = None
 ) -> dict[Operation, Endpoint]:
-    """One endpoint per operation served by FastAPI (`metrics` None: /metrics is off)."""
+    """One endpoint per operation served here (`metrics` None: /metrics is off)."""
     return {**_health_and_metadata(service), **_repository(service, max_request_size),
             **_observability(service, metrics)}
 
@@ -212,14 +217,9 @@ SERVED_ELSEWHERE = frozenset({Operation.INFER})
 def create_app(
     service: InferenceService, boundary: RequestBoundary, max_request_size: int,
     metrics: Metrics | None = None, max_embedding_inputs: int = 2048,
-) -> FastAPI:
+) -> Starlette:
     """The HTTP application for `service`: every route of the operation table but inference
     (`metrics`: what /metrics serves; None: it answers 404), the OpenAI routes included."""
-    app = FastAPI(
-        title="SnoozeML", docs_url=None, redoc_url=None, openapi_url=None,
-        # A path with a trailing slash is a 404 with a JSON body, not a bodiless 307.
-        redirect_slashes=False,
-    )
     endpoints = handlers(service, max_request_size, metrics)
     openai = Embeddings(service, max_request_size, max_embedding_inputs)
     endpoints[Operation.EMBEDDINGS] = openai.embeddings
@@ -231,10 +231,6 @@ def create_app(
         render = error_response if operation in OPENAI_OPERATIONS else plain_error
         endpoint = within(boundary, operation, endpoints.pop(operation), render)
         routes.extend((method, path, endpoint) for method, path in spec.http)
-    # Literal paths first: `/v2/models/stats` is not the metadata of a model named "stats".
-    for method, path, endpoint in sorted(routes, key=lambda route: "{" in route[1]):
-        methods = ["GET", "HEAD"] if method == "GET" else [method]  # HEAD wherever GET
-        app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
     if endpoints:  # a handler for an operation the table gives no route: a bug
         raise RuntimeError(f"no HTTP route in the operation table for {sorted(endpoints)}")
 
@@ -247,7 +243,15 @@ def create_app(
                               "param": None, "code": None}}
         return json_response(body, exc.status_code, dict(exc.headers or {}))
 
-    app.add_exception_handler(StarletteHTTPException, http_error)
+    app = Starlette(
+        # Literal paths first: `/v2/models/stats` is not the metadata of a model named "stats".
+        # HEAD wherever GET (Starlette adds it).
+        routes=[Route(path, endpoint, methods=[method])
+                for method, path, endpoint in sorted(routes, key=lambda route: "{" in route[1])],
+        exception_handlers={StarletteHTTPException: http_error},
+    )
+    # A path with a trailing slash is a 404 with a JSON body, not a bodiless 307.
+    app.router.redirect_slashes = False
     return app
 
 
