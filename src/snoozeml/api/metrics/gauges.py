@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.observe.snapshots import StatusSnapshot
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 STATES = tuple(state.value for state in State)
 
@@ -59,6 +61,8 @@ class _Sums:
 
 def gauge_families(snapshot: StatusSnapshot | None, labels: ModelLabels) -> list[Metric]:
     """The gauge families for `snapshot` (None: the families without samples)."""
+    from prometheus_client.metrics_core import GaugeMetricFamily  # by the first scrape
+
     queue = GaugeMetricFamily("snooze_queue_depth", "Requests waiting in the model's batch "
                               "queues, not running yet.", labels=("model",))
     in_flight = GaugeMetricFamily("snooze_inflight_requests", "Requests holding the loaded "

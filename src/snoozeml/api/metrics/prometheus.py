@@ -15,23 +15,16 @@ under the model "". `per_model = false` maps every model to "".
 Invariants: events are published on the event loop, and the sums are read there too (a scrape
 copies them, and takes its snapshot, before formatting the copy on a thread), so they are plain
 ints and lists, without locks. An event costs a dict lookup and an add per series (measured in
-bench/run_metrics.py); histograms are cumulated when scraped, not when observed.
+bench/run_metrics.py); histograms are cumulated when scraped, not when observed. Counting needs
+nothing of prometheus_client: the registry and its collectors are built, and the client
+imported, at the first scrape (on the loop), so a daemon never scraped never loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
-
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    GCCollector,
-    PlatformCollector,
-    ProcessCollector,
-    generate_latest,
-)
-from prometheus_client.metrics_core import Metric
+from typing import TYPE_CHECKING
 
 from snoozeml.api.metrics.gauges import ModelLabels, SnapshotGauges, gauge_families
 from snoozeml.api.metrics.sums import (
@@ -64,6 +57,10 @@ from snoozeml.engine.events import (
     Unloaded,
 )
 from snoozeml.engine.observe.snapshots import StatusSnapshot
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 
 class EventSums:
@@ -188,24 +185,49 @@ class _Scrape:
 
 class Metrics:
     """The daemon's registry: event sums, snapshot gauges, and the process and Python
-    collectors. `subscribe` before the first request; `scrape` (or `render`) on the loop."""
-
-    content_type = CONTENT_TYPE_LATEST
+    collectors. `subscribe` before the first request; `scrape` (or `render`) on the loop.
+    The registries are built by the first of `scrape`, `render` or `registry`."""
 
     def __init__(self, models: Iterable[str], snapshot: Callable[[], StatusSnapshot],
                  per_model: bool = True) -> None:
         names = list(models)
-        self._labels = labels = ModelLabels(names, per_model)
+        self._labels = ModelLabels(names, per_model)
         self._snapshot = snapshot
-        self._events = EventSums(names, labels)
-        self._runtime = CollectorRegistry()  # the process, not the models: safe off the loop
-        ProcessCollector(registry=self._runtime)
-        PlatformCollector(registry=self._runtime)
-        GCCollector(registry=self._runtime)  # a no-op where the interpreter lacks gc stats
-        self.registry = CollectorRegistry()
-        self.registry.register(self._events)
-        self.registry.register(SnapshotGauges(snapshot, labels))
-        self.registry.register(self._runtime)
+        self._events = EventSums(names, self._labels)
+        self._registries: tuple[CollectorRegistry, CollectorRegistry] | None = None
+
+    @property
+    def content_type(self) -> str:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return CONTENT_TYPE_LATEST
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """Every series: the event sums, the snapshot gauges and the runtime's."""
+        return self._built()[0]
+
+    def _built(self) -> tuple[CollectorRegistry, CollectorRegistry]:
+        """The registry, and the runtime's own (the process, not the models: safe to collect
+        off the loop), built once."""
+        if self._registries is None:
+            from prometheus_client import (
+                CollectorRegistry,
+                GCCollector,
+                PlatformCollector,
+                ProcessCollector,
+            )
+
+            runtime = CollectorRegistry()
+            ProcessCollector(registry=runtime)
+            PlatformCollector(registry=runtime)
+            GCCollector(registry=runtime)  # a no-op where the interpreter lacks gc stats
+            registry = CollectorRegistry()
+            registry.register(self._events)
+            registry.register(SnapshotGauges(self._snapshot, self._labels))
+            registry.register(runtime)
+            self._registries = registry, runtime
+        return self._registries
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
         return self._events.subscribe(bus)
@@ -213,13 +235,17 @@ class Metrics:
     def render(self) -> bytes:
         """Every series now, in the Prometheus text format, formatted on the calling thread
         (the event loop's: the one that may read the sums and take snapshots)."""
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
     async def scrape(self) -> bytes:
         """`render`, with only the copying on the event loop: formatting (about 10 µs a
         line, thousands of lines per hundred models) runs on a thread meanwhile."""
-        frozen = _Scrape(self._events.sums.copy(), self._snapshot(), self._labels,
-                         self._runtime)
+        from prometheus_client import generate_latest
+
+        runtime = self._built()[1]
+        frozen = _Scrape(self._events.sums.copy(), self._snapshot(), self._labels, runtime)
         return await asyncio.get_running_loop().run_in_executor(None, generate_latest, frozen)
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from snoozeml.operations import Operation
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                     1.0, 2.5, 5.0, 10.0, 30.0)
@@ -130,6 +131,10 @@ class Sums:
         )
 
     def families(self) -> Iterator[Metric]:
+        """Every series as Prometheus families (prometheus_client is imported by the first
+        scrape, not by counting)."""
+        from prometheus_client.metrics_core import CounterMetricFamily
+
         requests = CounterMetricFamily(
             "snooze_requests", "Requests answered, by operation and HTTP status (gRPC calls "
             "too: the status their error maps to; 499: the client left).",
@@ -198,6 +203,8 @@ def _label_values(key: object) -> tuple[str, ...]:
 
 def _histogram_family(name: str, documentation: str, labels: tuple[str, ...],
                       histograms: Mapping[K, Histogram]) -> HistogramMetricFamily:
+    from prometheus_client.metrics_core import HistogramMetricFamily
+
     family = HistogramMetricFamily(name, documentation, labels=labels)
     for key, histogram in sorted(histograms.items(), key=lambda item: _label_values(item[0])):
         if any(histogram.counts):  # shown from its first observation
@@ -207,6 +214,8 @@ def _histogram_family(name: str, documentation: str, labels: tuple[str, ...],
 
 def _counter(name: str, documentation: str, labels: tuple[str, ...],
              counts: Mapping[K, int]) -> CounterMetricFamily:
+    from prometheus_client.metrics_core import CounterMetricFamily
+
     family = CounterMetricFamily(name, documentation, labels=labels)
     for key, count in sorted(counts.items(), key=lambda item: _label_values(item[0])):
         family.add_metric(_label_values(key), count)

@@ -7,8 +7,11 @@ included. Without a GPU (or without nvidia-ml-py) the GPU side is inert and says
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import logging
 import os
+import sys
 from typing import Any, Protocol
 
 import psutil
@@ -74,12 +77,29 @@ class MemoryProbe(Protocol):
         ...
 
 
+class _NoNvmlLibrary(Exception):
+    """NVML's library does not load: what pynvml reports as NVMLError_LibraryNotFound."""
+
+
+def _nvml() -> Any:
+    """pynvml, NVML initialised. On Linux NVML's library is loaded first, as pynvml loads it:
+    where it is missing (no NVIDIA driver, most hosts) `_NoNvmlLibrary` is raised without
+    importing pynvml, a large module, at every start."""
+    if sys.platform.startswith("linux") and importlib.util.find_spec("pynvml") is not None:
+        try:
+            ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError:
+            raise _NoNvmlLibrary from None
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
 def visible_gpus() -> list[str]:
     """The CUDA GPUs NVML sees ("cuda:0", ...); none without the library, a driver or a GPU."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        pynvml = _nvml()
         try:
             return [f"cuda:{index}" for index in range(pynvml.nvmlDeviceGetCount())]
         finally:
@@ -95,16 +115,15 @@ class SystemProbe:
         self._nvml: Any = None
         self._handles: dict[str, Any] = {}
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            pynvml = _nvml()
             for index in range(pynvml.nvmlDeviceGetCount()):
                 self._handles[f"cuda:{index}"] = pynvml.nvmlDeviceGetHandleByIndex(index)
             self._nvml = pynvml
         except Exception as exc:  # no library, no driver or no GPU: host memory only
             log_event("gpu_memory_unavailable", logging.INFO,
                       detail="no NVML GPU found; GPU budgets are inert",
-                      error=type(exc).__name__)
+                      error="NVMLError_LibraryNotFound" if isinstance(exc, _NoNvmlLibrary)
+                      else type(exc).__name__)
 
     def gpus(self) -> list[str]:
         return list(self._handles)
