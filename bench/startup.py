@@ -20,6 +20,13 @@ then one inference per model, then the process's VmRSS once it has settled (read
 until 10 readings in a row stay within 64 KiB of each other, at most 10 s). Prints the medians
 and the ratios daemon / starlette as markdown; ``--out FILE`` writes it there too.
 
+Every contender starts once, untimed, before the rounds: the daemon writes its weights cache
+entries then, and Python its bytecode. Bytecode goes to a cache folder in the temporary folder
+(``PYTHONPYCACHEPREFIX``, with ``PYTHONDONTWRITEBYTECODE`` unset), so that the daemon run from
+a source tree starts as an installed one does, its modules compiled once, as the libraries both
+contenders import are. ``--no-bytecode-cache`` keeps the environment's setting instead: with
+``PYTHONDONTWRITEBYTECODE=1`` and a source tree, the daemon compiles its modules at every start.
+
 ``--python`` chooses the interpreter (default: this one); ``PYTHONPATH`` passes through, so a
 worktree of an older commit is measured with ``PYTHONPATH=/tmp/base/src``. ``--label`` names the
 daemon's row, and ``--pythonpath-base DIR`` adds a second daemon row run from DIR/src (an older
@@ -202,12 +209,15 @@ def measure(contender: Contender, body: bytes, timeout_s: float = 60.0) -> Sampl
 
 
 def contenders(python: str, folder: Path, config: Path, label: str,
-               base: Path | None) -> list[Contender]:
+               base: Path | None, bytecode_cache: bool) -> list[Contender]:
     app = folder / "bare_starlette.py"
     app.write_text(STARLETTE_APP, encoding="utf-8")
     serve = [python, "-m", "snoozeml", "serve", "-c", str(config), "--host", "127.0.0.1",
              "--http-port", "0", "--grpc-port", "0"]
     env = dict(os.environ)
+    if bytecode_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     result = [Contender(label, serve, env, "/v2/models/{name}/infer")]
     if base is not None:
         base_env = {**env, "PYTHONPATH": str(base / "src")}
@@ -219,14 +229,15 @@ def contenders(python: str, folder: Path, config: Path, label: str,
     return result
 
 
-def report(samples: dict[str, list[Sample]], rounds: int) -> str:
+def report(samples: dict[str, list[Sample]], rounds: int, bytecode_cache: bool) -> str:
     bare = samples["starlette"]
     bare_ready = statistics.median(s.ready_s for s in bare)
     bare_rss = statistics.median(s.rss_bytes for s in bare)
     lines = [
         f"Start-up and idle RSS, {rounds} rounds alternated, medians "
         f"({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()})",
+        f"Python {platform.python_version()}; bytecode "
+        f"{'cached' if bytecode_cache else 'as the environment says'})",
         "",
         "| | health ready (s) | idle RSS (MiB) | ready ÷ starlette | RSS ÷ starlette |",
         "|---|---:|---:|---:|---:|",
@@ -250,18 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="daemon")
     parser.add_argument("--pythonpath-base", type=Path, default=None,
                         help="also run the daemon from DIR/src (an older worktree)")
+    parser.add_argument("--no-bytecode-cache", dest="bytecode_cache", action="store_false",
+                        help="keep the environment's PYTHONDONTWRITEBYTECODE")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     body = infer_body()
     with tempfile.TemporaryDirectory(prefix="snooze-startup-") as tmp:
         folder = Path(tmp)
         config = write_models(folder)
-        runners = contenders(args.python, folder, config, args.label, args.pythonpath_base)
+        runners = contenders(args.python, folder, config, args.label, args.pythonpath_base,
+                             args.bytecode_cache)
         samples: dict[str, list[Sample]] = {c.label: [] for c in runners}
+        for contender in runners:  # weights cache entries and bytecode written, untimed
+            measure(contender, body)
         for _ in range(args.rounds):
             for contender in runners:
                 samples[contender.label].append(measure(contender, body))
-    text = report(samples, args.rounds)
+    text = report(samples, args.rounds, args.bytecode_cache)
     print(text)
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")
