@@ -46,12 +46,14 @@ ONNX_TO_OIP: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """One input or output of a model. -1 in `shape` is a dynamic dimension."""
+    """One input or output of a model. -1 in `shape` is a dynamic dimension. `labels` names an
+    output's classes by index, for the classification extension (runtime/labels.py)."""
 
     name: str
     datatype: str
     shape: tuple[int, ...]
     optional: bool = False
+    labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,7 @@ def check_models(raw: dict[str, Any], base: Path, gpus: Sequence[str] | None,
         if not isinstance(entry, dict):
             continue
         _check_model(i, entry, seen, server_replicas, gpus, problem)
+        _check_labels(i, entry, base, problem)
         formats[i] = _found_format(i, entry, base, problem)
     return formats
 
@@ -106,6 +107,16 @@ def _check_model(i: int, entry: dict[str, Any], seen: dict[str, int],
                       problem)
     check_min_max(replicas if isinstance(replicas, dict) else {}, server_replicas,
                   ("models", i, "replicas"), problem)
+
+
+def _check_labels(i: int, entry: dict[str, Any], base: Path, problem: Problem) -> None:
+    """A `labels` file must be there (whether it fits the model is known at its load)."""
+    raw_path = entry.get("labels")
+    if not isinstance(raw_path, str) or not raw_path:
+        return
+    path = Path(raw_path) if Path(raw_path).is_absolute() else base / raw_path
+    if not path.is_file():
+        problem(("models", i, "labels"), f"no such file: {path}")
 
 
 def _found_format(i: int, entry: dict[str, Any], base: Path, problem: Problem) -> str | None:

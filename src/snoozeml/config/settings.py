@@ -186,6 +186,8 @@ class ModelConfig(_Section):
     matryoshka: StrictBool = False  # requests may ask for fewer embedding `dimensions`
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     module: Annotated[StrictStr, BeforeValidator(_factory_target)] | None = None
+    # One class label per line, for the classification extension (runtime/labels.py).
+    labels: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
     inputs: list[TensorConfig] = []
     outputs: list[TensorConfig] = []
     batching: BatchingConfig = BatchingConfig()
@@ -317,6 +319,8 @@ def resolve_model(
         "format": model.format or found_format,
         "tokenizer": model.tokenizer if model.tokenizer is None
         or model.tokenizer.is_absolute() else base / model.tokenizer,
+        "labels": model.labels if model.labels is None
+        or model.labels.is_absolute() else base / model.labels,
         "idle_timeout": model.idle_timeout if "idle_timeout" in fields else server.idle_timeout,
         "load_timeout": model.load_timeout if model.load_timeout is not None
         else server.load_timeout,

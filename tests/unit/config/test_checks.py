@@ -111,3 +111,31 @@ def test_a_gpu_the_machine_does_not_have_is_an_unknown_device(
     ]
     # Without the machine's list (a config checked elsewhere), only the spelling is checked.
     assert load_config(path, {}).models[0].replicas.devices == ["cuda:0", "cuda:1"]
+
+
+def test_a_labels_file_is_resolved_against_the_config_file_and_must_exist(
+    tmp_path: Path, model_file: Path
+) -> None:
+    (tmp_path / "models" / "labels.txt").write_text("cat\ndog\n")
+    path = write(tmp_path, f"""
+        [[models]]
+        name = "a"
+        path = "{model_file}"
+        labels = "models/labels.txt"
+
+        [[models]]
+        name = "b"
+        path = "{model_file}"
+        labels = "models/missing.txt"
+        """)
+
+    assert problems_of(path) == [
+        f"{path}:9: models[1].labels: no such file: {tmp_path / 'models' / 'missing.txt'}"]
+    path.write_text(path.read_text().replace("missing.txt", "labels.txt"))
+    models = load_config(path, {}).models
+    assert [model.labels for model in models] == [tmp_path / "models" / "labels.txt"] * 2
+    assert load_config(write(tmp_path, f"""
+        [[models]]
+        name = "a"
+        path = "{model_file}"
+        """), {}).models[0].labels is None

@@ -18,6 +18,7 @@ from snoozeml.errors import describe_exception
 from snoozeml.heap import release_memory_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Backend, Instance
+from snoozeml.runtime.labels import with_labels_blocking
 
 
 class ReplicaState(Enum):
@@ -61,7 +62,8 @@ def load_instance_blocking(
     use during the load above its use before, when the probe knows it."""
     before = probe.used(device)
     probe.reset_peak(device)
-    instance = backend.load_blocking(spec)
+    # Its outputs' class labels too: a `labels` file that fits no output fails the load.
+    instance = with_labels_blocking(backend.load_blocking(spec), spec)
     peak = probe.peak(device)
     release_memory_blocking()
     return instance, (max(peak - before, 0) if peak is not None else None)
