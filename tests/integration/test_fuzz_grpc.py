@@ -144,9 +144,42 @@ def _timeout(request: Request) -> float | None:
     return int(getattr(parameter, choice)) / 1e6 or None
 
 
-def oracle(request: Request) -> tuple[str, np.ndarray, float | None]:
-    """(datatype, x, timeout in seconds) of a request the daemon must serve; Refused when it
-    must refuse it. Written from the contract, for the one-input models of fuzz_strategies."""
+def _class_count(output: Any, datatype: str) -> int | None:
+    """The classification extension's k, when the output asks for it: an int64 or uint64 of at
+    least 1, on a numeric output."""
+    if "classification" not in output.parameters:
+        return None
+    parameter = output.parameters["classification"]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice not in ("int64_param", "uint64_param") or getattr(parameter, choice) < 1:
+        raise Refused("classification count")
+    if datatype in ("BOOL", "BYTES"):
+        raise Refused("classification of an output that is not numeric")
+    return int(getattr(parameter, choice))
+
+
+def expected_classes(datatype: str, y: np.ndarray, k: int) -> np.ndarray:
+    """The contract's classes of `y` [n, 2]: "score:index" (these models have no labels), the
+    best first, equal scores by index, NaN last; %f for floats, integers as they are."""
+    if datatype == "BF16":
+        y = (y.astype(np.uint32) << 16).view(np.float32)
+    floats = y.dtype.kind == "f"
+    keep = min(k, y.shape[1])
+    rows = []
+    for row in y.tolist():
+        order = sorted(range(len(row)), key=lambda i: (
+            floats and math.isnan(row[i]), 0 if floats and math.isnan(row[i]) else -row[i], i))
+        rows.append([f"{row[i]:f}:{i}" if floats else f"{row[i]}:{i}" for i in order[:keep]])
+    classes = np.empty((len(rows), keep), dtype=object)
+    for r, texts in enumerate(rows):
+        classes[r, :] = [text.encode() for text in texts]
+    return classes
+
+
+def oracle(request: Request) -> tuple[str, np.ndarray, float | None, int | None]:
+    """(datatype, x, timeout in seconds, classification's k) of a request the daemon must
+    serve; Refused when it must refuse it. Written from the contract, for the one-input models
+    of fuzz_strategies."""
     if request.model_name not in MODELS or request.model_version not in ("", "1"):
         raise Refused("model")
     if len(request.inputs) != 1:
@@ -173,9 +206,10 @@ def oracle(request: Request) -> tuple[str, np.ndarray, float | None]:
     if any(name != "y" for name in names) or len(names) > 1:
         raise Refused("outputs")
     for output in request.outputs:
-        if {"shared_memory_region", "classification"} & set(output.parameters):
+        if "shared_memory_region" in output.parameters:
             raise Refused("output extension")
-    return datatype, x, _timeout(request)
+    k = _class_count(request.outputs[0], datatype) if request.outputs else None
+    return datatype, x, _timeout(request), k
 
 
 def check_answer(models: Path, request: Request, answer: pb.ModelInferResponse | grpc.RpcError
@@ -183,7 +217,7 @@ def check_answer(models: Path, request: Request, answer: pb.ModelInferResponse |
     """The daemon's answer is the one the oracle expects (onnxruntime's `y`, or a refusal
     that is a client's error with a message); what it was, for the campaign's statistics."""
     try:
-        datatype, x, timeout = oracle(request)
+        datatype, x, timeout, k = oracle(request)
     except Refused as refused:
         reason = str(refused)
     else:
@@ -200,8 +234,14 @@ def check_answer(models: Path, request: Request, answer: pb.ModelInferResponse |
     assert (answer.model_name, answer.model_version, answer.id) == \
         (request.model_name, "1", request.id)
     [output] = answer.outputs
-    assert (output.name, output.datatype) == ("y", datatype)
     [raw] = answer.raw_output_contents
+    if k is not None:
+        assert (output.name, output.datatype) == ("y", "BYTES")
+        got = from_raw("BYTES", list(output.shape), raw)
+        assert_same("BYTES", got, expected_classes(datatype, expected_output(models, datatype,
+                                                                             x), k))
+        return "classified"
+    assert (output.name, output.datatype) == ("y", datatype)
     got = from_raw(datatype, list(output.shape), raw)
     assert_same(datatype, got, expected_output(models, datatype, x))
     return "served"
@@ -287,6 +327,8 @@ def valid_requests(draw: st.DrawFn, datatypes: tuple[str, ...] = tuple(DATATYPES
         output = request.outputs.add(name="y")
         for key, value in draw(parameter_maps(HARMLESS_NAMES)).items():
             output.parameters[key].CopyFrom(value)
+        if datatype not in ("BOOL", "BYTES") and draw(st.booleans()):
+            output.parameters["classification"].int64_param = draw(st.integers(1, 3))
     return request
 
 

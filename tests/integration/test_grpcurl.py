@@ -184,7 +184,8 @@ def test_grpcurl_model_infer_with_typed_json_contents_equals_onnxruntime(
 def test_grpcurl_server_metadata_and_an_unknown_model(daemon: Daemon) -> None:
     meta = json.loads(grpcurl(daemon, "inference.GRPCInferenceService/ServerMetadata"))
     assert meta["name"] == "snoozeml"
-    assert meta["extensions"] == ["binary_tensor_data", "model_repository", "statistics"]
+    assert meta["extensions"] == ["binary_tensor_data", "classification", "model_repository",
+                                  "statistics"]
 
     command = [str(GRPCURL), "-plaintext", "-d", '{"name": "nope"}', daemon.grpc_address,
                "inference.GRPCInferenceService/ModelMetadata"]

@@ -345,28 +345,6 @@ def test_shared_memory_parameters_are_501_not_a_confusing_400(client: httpx.Clie
     assert "shared memory" in response.json()["error"]
 
 
-def test_the_classification_extension_is_501_on_both_transports(
-    client: httpx.Client, daemon: Daemon
-) -> None:
-    body = mlp_row()
-    body["outputs"] = [{"name": "y", "parameters": {"classification": 2}}]
-    response = client.post("/v2/models/mlp/infer", json=body)
-
-    request = pb.ModelInferRequest(model_name="mlp")
-    request.inputs.add(name="x", datatype="FP32", shape=[1, 64]).contents.fp32_contents.extend(
-        [0.0] * 64)
-    request.outputs.add(name="y").parameters["classification"].int64_param = 2
-    with grpc.insecure_channel(daemon.grpc_address) as channel:
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        with pytest.raises(grpc.RpcError) as failure:
-            stub.ModelInfer(request, timeout=60)
-
-    message = "the classification extension is not supported"
-    assert (response.status_code, response.json()["error"]) == (501, message)
-    assert (failure.value.code(), failure.value.details()) == \
-        (grpc.StatusCode.UNIMPLEMENTED, message)
-
-
 def test_of_two_content_encoding_headers_the_first_counts(client: httpx.Client) -> None:
     # As with Content-Length and Inference-Header-Content-Length: the first header wins.
     plain = json.dumps(mlp_row()).encode()

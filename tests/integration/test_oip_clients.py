@@ -142,7 +142,8 @@ def test_server_is_live_and_ready_and_names_its_extensions(client: Client) -> No
         name, version, extensions = meta.name, meta.version, list(meta.extensions)
     assert name == "snoozeml"
     assert version
-    assert set(extensions) == {"binary_tensor_data", "model_repository", "statistics"}
+    assert set(extensions) == {"binary_tensor_data", "classification", "model_repository",
+                               "statistics"}
 
 
 def test_model_metadata_and_readiness_describe_every_tensor(client: Client) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from snoozeml.api.binary import array_to_raw, raw_to_array
 from snoozeml.datatypes import OIP_TO_NUMPY
+from snoozeml.engine.classification import PARAMETER, class_count
 from snoozeml.engine.request import (
     InferInput,
     InferRequest,
@@ -68,11 +69,12 @@ def refuse_shared_memory(parameters: Parameters, where: str) -> None:
         )
 
 
-def refuse_unsupported_output(parameters: Parameters, name: str) -> None:
-    """A requested output may not ask for an extension the server lacks (both transports)."""
+def requested_output(name: str, parameters: Parameters) -> RequestedOutput:
+    """A requested output as the engine takes it (both transports): the classification
+    extension's k decoded, the shared-memory extension refused."""
     refuse_shared_memory(parameters, f"output {name!r}")
-    if "classification" in parameters:
-        raise Unsupported("the classification extension is not supported")
+    k = class_count(parameters[PARAMETER], name) if PARAMETER in parameters else None
+    return RequestedOutput(name, parameters, k)
 
 
 def parse_datatype(value: object, name: str) -> str:
@@ -253,8 +255,7 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidInput(f"outputs[{position}] must be an object with a string 'name'")
         parameters = _parameters(raw.get("parameters"), "output")
-        refuse_unsupported_output(parameters, raw["name"])
-        outputs.append(RequestedOutput(raw["name"], parameters))
+        outputs.append(requested_output(raw["name"], parameters))
     return outputs or None
 
 

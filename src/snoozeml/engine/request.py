@@ -23,6 +23,9 @@ class InferInput:
 class RequestedOutput:
     name: str
     parameters: Parameters = field(default_factory=dict)
+    # The classification extension's k (engine/classification.py): the output comes back as
+    # its k best classes; None: as it is.
+    classification: int | None = None
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from snoozeml import SERVER_NAME, __version__
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.added import CONFIG, AddedModels
 from snoozeml.engine.capabilities import Capabilities, CapabilityReader, EmbeddingSettings
+from snoozeml.engine.classification import classified
 from snoozeml.engine.events import Draining, EventBus, InferenceFailed, InferenceStarted
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.model import Model
@@ -32,7 +33,7 @@ from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.validate import check_request
 from snoozeml.errors import InvalidInput, ShuttingDown
 
-EXTENSIONS = ("binary_tensor_data", "model_repository", "statistics")
+EXTENSIONS = ("binary_tensor_data", "classification", "model_repository", "statistics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ class InferenceService:
             InferOutput(out_name, specs[out_name].datatype, tuple(array.shape), array)
             for out_name, array in results.items()
         ]
+        outputs = classified(request.outputs, outputs, metadata)  # per request, after the run
         return InferResponse(name, version or model.versions[-1], outputs, id=request.id)
 
     # --- what a model can do (the OpenAI-compatible routes) --------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from snoozeml.datatypes import ModelMetadata
+from snoozeml.engine.classification import check_classifiable
 from snoozeml.engine.request import InferRequest
 from snoozeml.errors import InvalidInput
 
@@ -13,7 +14,7 @@ def _shape_text(shape: tuple[int, ...]) -> str:
 
 def check_request(request: InferRequest, metadata: ModelMetadata) -> None:
     """Every input known, present once, of the model's datatype, rank and fixed dimensions;
-    every requested output known."""
+    every requested output known, and numeric where it asks for classification."""
     model = metadata.name
     expected = [spec.name for spec in metadata.inputs]
     seen: set[str] = set()
@@ -61,3 +62,6 @@ def check_request(request: InferRequest, metadata: ModelMetadata) -> None:
             if output.name in wanted:
                 raise InvalidInput(f"output {output.name!r} is requested more than once")
             wanted.add(output.name)
+            spec = metadata.output(output.name)
+            if output.classification is not None and spec is not None:
+                check_classifiable(output.name, spec.datatype)

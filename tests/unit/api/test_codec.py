@@ -297,3 +297,23 @@ def test_non_contiguous_outputs_encode_in_row_major_order() -> None:
     transposed = np.arange(6, dtype=np.int32).reshape(2, 3).T  # shape (3, 2), Fortran order
     response = InferResponse("m", "1", [InferOutput("t", "INT32", (3, 2), transposed)])
     assert wire(response)["outputs"][0]["data"] == [0, 3, 1, 4, 2, 5]
+
+
+# --- the classification extension's parameter ------------------------------------------------
+
+
+def test_a_classification_parameter_becomes_the_requested_outputs_k() -> None:
+    request = decode_json_request(body(tensor(), outputs=[
+        {"name": "y", "parameters": {"classification": 3, "binary_data": True}},
+        {"name": "z"}]))
+
+    assert request.outputs is not None
+    assert [(o.name, o.classification) for o in request.outputs] == [("y", 3), ("z", None)]
+
+
+@pytest.mark.parametrize("k", [0, -2, 1.5, 2.0, True, "2", None])
+def test_a_classification_parameter_that_is_no_count_is_refused(k: object) -> None:
+    doc = body(tensor(), outputs=[{"name": "y", "parameters": {"classification": k}}])
+
+    assert refused(doc) == ("output 'y': parameter 'classification' must be an integer of at "
+                            f"least 1 (how many classes to return), got {k!r}")

@@ -106,3 +106,16 @@ def test_an_output_requested_twice_is_refused() -> None:
     request = InferRequest([features(), mask()],
                            [RequestedOutput("logits"), RequestedOutput("logits")])
     assert refused(request) == "output 'logits' is requested more than once"
+
+
+def test_a_numeric_output_may_be_classified_and_a_text_one_may_not() -> None:
+    check_request(InferRequest([features(), mask()], [RequestedOutput("logits", {}, 2)]), META)
+    meta = ModelMetadata("clf", "onnxruntime_onnx", META.inputs,
+                         (*META.outputs, TensorSpec("label", "BYTES", (-1,))))
+    request = InferRequest([features(), mask()], [RequestedOutput("label", {}, 1)])
+
+    with pytest.raises(InvalidInput) as info:
+        check_request(request, meta)
+
+    assert str(info.value) == ("output 'label' is BYTES: the classification extension ranks "
+                               "numeric outputs only")

@@ -15,7 +15,7 @@ from snoozeml.api.codec import (
     parse_datatype,
     parse_shape,
     refuse_shared_memory,
-    refuse_unsupported_output,
+    requested_output,
 )
 from snoozeml.datatypes import OIP_TO_NUMPY, TensorSpec
 from snoozeml.engine.request import (
@@ -23,7 +23,6 @@ from snoozeml.engine.request import (
     InferRequest,
     InferResponse,
     Parameters,
-    RequestedOutput,
 )
 from snoozeml.errors import InvalidInput, RequestTooLarge
 from snoozeml.proto import inference_pb2 as pb
@@ -148,11 +147,8 @@ def decode_grpc_request(request: pb.ModelInferRequest) -> InferRequest:
         else:
             array = contents_to_array(name, datatype, shape, tensor.contents)
         inputs.append(InferInput(name, datatype, shape, array, parameters))
-    outputs = []
-    for out in request.outputs:
-        out_parameters = parameters_from_proto(out.parameters)
-        refuse_unsupported_output(out_parameters, out.name)
-        outputs.append(RequestedOutput(out.name, out_parameters))
+    outputs = [requested_output(out.name, parameters_from_proto(out.parameters))
+               for out in request.outputs]
     return InferRequest(
         inputs=inputs,
         outputs=outputs or None,

@@ -55,7 +55,7 @@ ERRORS: dict[str, Schema] = {
     "404": _error("Unknown model, or a version other than \"1\"."),
     "413": _error("The body (or its inflated form) is larger than `max_request_size`."),
     "500": _error("The model raised while running the request; the daemon keeps serving."),
-    "501": _error("An extension SnoozeML does not implement: shared memory, classification."),
+    "501": _error("An extension SnoozeML does not implement: shared memory."),
     "503": _error("The model is FAILED, still loading after `load_timeout`, has no memory to "
                   "load, its queue is full, the request's `timeout` ran out in the queue, or "
                   "the server is shutting down.", "Retry-After"),
@@ -248,7 +248,10 @@ def _infer_request() -> Schema:
             binary_data={"description": "true: send this output binary; any other value: "
                                         "JSON, whatever `binary_data_output` says."},
             shared_memory_region=shared_memory,
-            classification={"description": "Not supported: any value is a 501."}),
+            classification={"type": "integer", "minimum": 1, "description": "Classification "
+                            "extension: the output's k best classes instead, as BYTES "
+                            "\"score:index:label\" ([N, k]); a 400 for an output that is "
+                            "not numeric."}),
     }}
     return {
         "type": "object", "required": ["inputs"],
