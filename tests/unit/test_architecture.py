@@ -15,6 +15,7 @@ a reason in its docstring.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,15 @@ def test_only_one_module_touches_uvicorns_internals(path: Path) -> None:
     private = sorted(i for i in imports(path)
                      if under(i, "uvicorn") and i not in UVICORN_PUBLIC)
     assert private == [], f"{module_name(path)} imports {private}: go through {UVICORN_PRIVATE}"
+
+
+MODULE_MAP = SRC.parents[1] / "docs" / "architecture.md"
+
+
+def test_the_module_map_in_the_docs_names_every_module() -> None:
+    section = MODULE_MAP.read_text(encoding="utf-8").split("## Module map", 1)[1]
+    named = set(re.findall(r"`([\w/]+\.py)`", section.split("\n## ", 1)[0]))
+    modules = {str(p.relative_to(SRC)) for p in MODULES if p.name != "__init__.py"}
+    assert sorted(modules - named) == [], "docs/architecture.md's module map misses these"
+    stale = {name for name in named - modules if "/" in name and not name.startswith("tests/")}
+    assert sorted(stale) == [], "docs/architecture.md's module map names these, which are gone"
