@@ -1,6 +1,7 @@
 """What a model can do beyond plain Open Inference Protocol inference, in the engine's terms:
-whether it embeds text (what the OpenAI-compatible routes serve), and how its embeddings are
-shaped. The service (engine/service.py) answers the transports from here, so none of them
+whether it embeds text (what the OpenAI-compatible routes serve) and how its embeddings are
+shaped, whether it scores text pairs (a cross-encoder: what the rerank routes serve) and with
+how many labels. The service (engine/service.py) answers the transports from here, so none of them
 reads a model's entry or imports the runtime's file readers (runtime/text/settings.py).
 
 What a model's entry and files say is read once per model (on the event loop, a few small JSON
@@ -15,7 +16,13 @@ from weakref import WeakKeyDictionary
 
 from snoozeml.engine.model import Model
 from snoozeml.errors import BackendError
-from snoozeml.runtime.text.settings import UnsupportedLayout, can_embed, text_settings
+from snoozeml.runtime.text.settings import (
+    UnsupportedLayout,
+    can_embed,
+    can_score_pairs,
+    label_count,
+    text_settings,
+)
 from snoozeml.runtime.text.tokenizer import TEXT, TOKEN_COUNT
 
 __all__ = ["TEXT", "TOKEN_COUNT", "Capabilities", "CapabilityReader", "EmbeddingSettings"]
@@ -27,6 +34,10 @@ class Capabilities:
 
     embeddings: bool  # a text embedding model: takes `TEXT`, answers embeddings and TOKEN_COUNT
     max_batch_size: int  # rows of one batch (1 or less: the model does not batch)
+    # A text sequence classifier: takes `TEXT` and `TEXT_PAIR` (a query and a document), answers
+    # `logits` [rows, num_labels]. One that reranks has one label.
+    reranks: bool = False
+    num_labels: int | None = None  # its config.json's labels; None: unknown until loaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +62,10 @@ class CapabilityReader:
         found = self._capabilities.get(model)
         if found is None:
             spec = model.spec
+            pairs = can_score_pairs(spec)
             found = self._capabilities[model] = Capabilities(
-                embeddings=can_embed(spec), max_batch_size=spec.batching.max_batch_size)
+                embeddings=can_embed(spec), max_batch_size=spec.batching.max_batch_size,
+                reranks=pairs, num_labels=label_count(spec) if pairs else None)
         return found
 
     def embedding_settings(self, model: Model) -> EmbeddingSettings:

@@ -111,3 +111,47 @@ def test_a_models_files_are_read_once_not_per_request(
     (tmp_path / "minilm" / "sentence_bert_config.json").write_text('{"max_seq_length": 64}')
     assert text_service.embedding_settings("minilm") is before
     assert text_service.capabilities("minilm") is text_service.capabilities("minilm")
+
+
+def classifier_folder(folder: Path, labels: int | None, architecture: str) -> Path:
+    """An ONNX export in the Hub's layout (`onnx/model.onnx`) under a tokenizer and a Hugging
+    Face config.json naming `architecture`, with `labels` labels in id2label (None: neither
+    id2label nor num_labels)."""
+    (folder / "onnx").mkdir(parents=True)
+    write_mlp(folder / "onnx" / "model.onnx", dims=(4, 2))
+    config: dict[str, object] = {"architectures": [architecture]}
+    if labels is not None:
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(labels)}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "tokenizer.json").write_text("{}")  # where the config is looked for; never read
+    return folder / "onnx" / "model.onnx"
+
+
+def test_the_service_says_which_models_score_text_pairs_and_with_how_many_labels(
+    tmp_path: Path,
+) -> None:
+    sequence = "BertForSequenceClassification"
+    config = parse_config({"models": [
+        {"name": "reranker", "path": str(classifier_folder(tmp_path / "r", 1, sequence)),
+         "tokenize": True, "batching": {"max_batch_size": 8}},
+        {"name": "nli", "path": str(classifier_folder(tmp_path / "n", 3, sequence)),
+         "tokenize": True},
+        {"name": "default-labels", "path": str(classifier_folder(tmp_path / "d", None, sequence)),
+         "tokenize": True},
+        {"name": "untokenized", "path": str(classifier_folder(tmp_path / "u", 1, sequence))},
+        {"name": "encoder", "path": str(classifier_folder(tmp_path / "e", None, "BertModel")),
+         "tokenize": True},
+    ]}, source=tmp_path / "models.toml")
+    manager = ModelManager(config)
+    service = InferenceService(manager)
+    try:
+        assert service.capabilities("reranker") == Capabilities(
+            embeddings=False, max_batch_size=8, reranks=True, num_labels=1)
+        assert service.capabilities("nli").num_labels == 3
+        assert service.capabilities("default-labels").num_labels == 2  # transformers' default
+        # A classifier that takes no text scores no pairs; an encoder embeds and does not.
+        assert not service.capabilities("untokenized").reranks
+        encoder = service.capabilities("encoder")
+        assert (encoder.embeddings, encoder.reranks, encoder.num_labels) == (True, False, None)
+    finally:
+        manager.loader.shutdown()

@@ -114,15 +114,53 @@ def task_of(config: dict[str, Any]) -> str:
 def can_embed(spec: ModelConfig) -> bool:
     """Whether a model's entry makes it a text embedding model (what /v1/embeddings serves and
     /v1/models lists), from its entry and config.json alone: it takes text (`tokenize`), and a
-    torch model extracts features. The loaded model's metadata has the last word."""
+    torch model extracts features (an ONNX one does unless its config.json names a
+    classifier). The loaded model's metadata has the last word."""
     if not spec.tokenize:
         return False
     if spec.format != "torch":
-        return True
+        config = hf_config(spec)
+        return config is None or task_of(config) == "feature-extraction"
     if spec.task is not None:
         return spec.task == "feature-extraction"
-    config = read_json(spec.path / "config.json") if spec.path.is_dir() else None
-    return isinstance(config, dict) and task_of(config) == "feature-extraction"
+    config = hf_config(spec)
+    return config is not None and task_of(config) == "feature-extraction"
+
+
+def can_score_pairs(spec: ModelConfig) -> bool:
+    """Whether a model's entry makes it a text sequence classifier, which scores a query and a
+    document as one pair (a cross-encoder: what the rerank routes serve), from its entry and
+    config.json alone: it takes text (`tokenize`) and classifies sequences."""
+    if not spec.tokenize:
+        return False
+    if spec.task is not None and spec.format == "torch":
+        return spec.task == "text-classification"
+    config = hf_config(spec)
+    return config is not None and task_of(config) == "text-classification"
+
+
+def label_count(spec: ModelConfig) -> int | None:
+    """How many labels a sequence classifier's config.json gives it (its `logits` per row):
+    `id2label`'s, else `num_labels`, else transformers' default of 2; None without a config.
+    A cross-encoder that reranks has 1."""
+    config = hf_config(spec)
+    if config is None:
+        return None
+    id2label = config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    labels = config.get("num_labels")
+    if isinstance(labels, int) and not isinstance(labels, bool) and labels > 0:
+        return labels
+    return 2
+
+
+def hf_config(spec: ModelConfig) -> dict[str, Any] | None:
+    """The Hugging Face config.json of a model: in its folder, or beside its tokenizer (an
+    ONNX export's); None when there is none or it is not a JSON object."""
+    folder = spec.path if spec.path.is_dir() else tokenizer_folder(spec)
+    config = read_json(folder / "config.json")
+    return config if isinstance(config, dict) else None
 
 
 def tokenizer_folder(spec: ModelConfig) -> Path:
