@@ -2,8 +2,8 @@
 
 An embeddings request is Open Inference Protocol inference in another shape: its strings become
 the model's BYTES `text` input (token ids, its `input_ids` and `attention_mask`), in pieces of
-one batch's worth of rows (`_piece_rows`), each submitted through `InferenceService.infer` like
-any OIP request. So a cold model loads on the first call, the pieces of many calls (and OIP
+one batch's worth of rows (api/http/pieces.py), each submitted through `InferenceService.infer`
+like any OIP request. So a cold model loads on the first call, the pieces of many calls (and OIP
 requests for the same model) share batches, and the request counts in the same metrics and
 status. The model answers each row's `embedding` and `token_count`; this module shortens them
 to the requested `dimensions`, encodes them as floats or base64 and counts the usage.
@@ -14,7 +14,6 @@ with the statuses of the rest of the API (docs/embeddings.md).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from starlette.responses import Response
 from snoozeml.api.boundary import CALL, ErrorAnswer
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http.body import read_body
+from snoozeml.api.http.pieces import infer_pieces, piece_rows
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.capabilities import TEXT, TOKEN_COUNT, Capabilities
 from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
@@ -38,7 +38,6 @@ from snoozeml.operations import Operation
 EMBEDDING = "embedding"
 OPENAI_OPERATIONS = frozenset({Operation.EMBEDDINGS, Operation.OPENAI_MODELS})
 OWNED_BY = "snoozeml"
-MAX_PIECES = 64
 
 
 class BadParam(InvalidInput):
@@ -186,7 +185,7 @@ class Embeddings:
         width = _check_model(metadata, name, inputs)
         if width > 0:  # refused before the model runs when the metadata says the width
             _check_dimensions(dimensions, width, name, settings.matryoshka)
-        rows = _piece_rows(len(inputs), capabilities.max_batch_size)
+        rows = piece_rows(len(inputs), capabilities.max_batch_size)
         if inputs.texts is not None:
             pieces = [_text_request(inputs.texts[i:i + rows])
                       for i in range(0, len(inputs.texts), rows)]
@@ -216,16 +215,10 @@ class Embeddings:
     async def _run(self, name: str, pieces: Sequence[InferRequest]) -> tuple[np.ndarray,
                                                                                np.ndarray]:
         """Every piece through the model at once (they may share batches); in order."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self.service.infer(name, None, piece))
-                         for piece in pieces]
-        except ExceptionGroup as failed:  # the first piece's error is the request's answer
-            raise _first(failed) from None
         embeddings: list[np.ndarray] = []
         counts: list[np.ndarray] = []
-        for task in tasks:
-            outputs = {out.name: out.data for out in task.result().outputs}
+        for response in await infer_pieces(self.service, name, pieces):
+            outputs = {out.name: out.data for out in response.outputs}
             embeddings.append(np.asarray(outputs[EMBEDDING], dtype=np.float32))
             counts.append(np.asarray(outputs[TOKEN_COUNT], dtype=np.int64))
         return np.concatenate(embeddings), np.concatenate(counts)
@@ -241,20 +234,6 @@ def _check_dimensions(dimensions: int | None, width: int, name: str, matryoshka:
         raise BadParam(f"model {name!r} does not support 'dimensions' (its embeddings have "
                        f"{width}); set matryoshka = true in its entry if it was trained for "
                        "shorter ones", "dimensions")
-
-
-def _piece_rows(count: int, max_batch_size: int) -> int:
-    """Rows per piece: one batch's worth, so pieces of many calls share batches; the whole
-    request at once for a model that does not batch; never more than MAX_PIECES pieces, so
-    one request cannot fill the model's queue alone."""
-    if max_batch_size <= 1:
-        return max(count, 1)
-    return max(max_batch_size, -(-count // MAX_PIECES))
-
-
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    first = group.exceptions[0]
-    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _check_model(metadata: ModelMetadata, name: str, inputs: Inputs) -> int:

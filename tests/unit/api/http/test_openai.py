@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from snoozeml.api.boundary import answer_for
-from snoozeml.api.http.openai import BadParam, _piece_rows, error_body, parse_input
+from snoozeml.api.http.openai import BadParam, error_body, parse_input
 from snoozeml.auth.authenticator import PermissionDenied, Unauthenticated
 from snoozeml.errors import BackendError, InvalidInput, ModelNotFound, QueueFull
 
@@ -27,20 +27,6 @@ def test_bad_inputs_are_400s_naming_input(value: object) -> None:
     with pytest.raises(BadParam) as raised:
         parse_input(value, 10)
     assert raised.value.param == "input"
-
-
-@pytest.mark.parametrize(("count", "max_batch_size", "rows"), [
-    (1, 32, 32),  # one piece
-    (100, 32, 32),  # four pieces: they share batches with other calls
-    (2048, 2, 32),  # at most 64 pieces, whatever the batch size
-    (2048, 0, 2048),  # a model that does not batch runs the request at once
-    (5, 1, 5),
-])
-def test_a_request_goes_in_pieces_of_one_batch_and_never_more_than_64(
-    count: int, max_batch_size: int, rows: int,
-) -> None:
-    assert _piece_rows(count, max_batch_size) == rows
-    assert -(-count // rows) <= 64
 
 
 @pytest.mark.parametrize(("exc", "status", "kind", "code", "param"), [
