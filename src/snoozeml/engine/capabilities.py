@@ -23,9 +23,10 @@ from snoozeml.runtime.text.settings import (
     label_count,
     text_settings,
 )
-from snoozeml.runtime.text.tokenizer import TEXT, TOKEN_COUNT
+from snoozeml.runtime.text.tokenizer import TEXT, TEXT_PAIR, TOKEN_COUNT
 
-__all__ = ["TEXT", "TOKEN_COUNT", "Capabilities", "CapabilityReader", "EmbeddingSettings"]
+__all__ = ["TEXT", "TEXT_PAIR", "TOKEN_COUNT", "Capabilities", "CapabilityReader",
+           "EmbeddingSettings"]
 
 
 @dataclass(frozen=True, slots=True)

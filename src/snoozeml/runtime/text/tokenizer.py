@@ -19,6 +19,7 @@ from snoozeml.errors import InvalidInput
 from snoozeml.runtime.base import Arrays, utf8_strings
 
 TEXT = "text"
+TEXT_PAIR = "text_pair"  # a second text per row, tokenized with `text` as one pair (pairs.py)
 TOKEN_COUNT = "token_count"
 
 
@@ -53,8 +54,10 @@ def _tokenizers() -> Any:
 
 def check_text(inputs: Arrays, lengths: LengthCheck | None) -> None:
     """A request's `text` as one string per row (replaced in `inputs`), or its 400: not a
-    vector, not UTF-8, or (`lengths`: a truncate = false model) longer than its max_length."""
-    extra = sorted(set(inputs) - {TEXT})
+    vector, not UTF-8, or (`lengths`: a truncate = false model) longer than its max_length.
+    A `text_pair` beside it is the pair model's to check (pairs.py); the metadata refuses it
+    for the others."""
+    extra = sorted(set(inputs) - {TEXT, TEXT_PAIR})
     if extra:
         raise InvalidInput(f"send either 'text' or token ids, not both (also got {extra})")
     if inputs[TEXT].ndim != 1:
@@ -88,13 +91,13 @@ def encode_all(tokenizer: Any, texts: list[str]) -> list[Any]:
     encodings = list(tokenizer.encode_batch([t[:first] for t in texts]))
     for i, text in enumerate(texts):
         chars = first
-        while len(text) > chars and not _settled(encodings[i], chars):
+        while len(text) > chars and not is_settled(encodings[i], chars):
             chars *= 4
             encodings[i] = tokenizer.encode(text[:chars])
     return encodings
 
 
-def _settled(encoding: Any, chars: int) -> bool:
+def is_settled(encoding: Any, chars: int) -> bool:
     """Whether a truncated encoding of a text's first `chars` characters is the whole text's."""
     if not encoding.overflowing:  # fewer tokens than the limit: the rest of the text has more
         return False
@@ -130,6 +133,13 @@ class LengthCheck:
             chars *= 4
         return len(self._tokenizer.encode(text).ids) <= self.max_length
 
+    def fits_pair(self, first: str, second: str) -> bool:
+        """Whether two texts fit together as one pair (the pair's special tokens included).
+        Each must fit alone first, which bounds the whole pair's tokenization."""
+        if not (self.fits(first) and self.fits(second)):
+            return False
+        return len(self._tokenizer.encode(first, second).ids) <= self.max_length
+
 
 @dataclass(frozen=True, slots=True)
 class Tokenized:
@@ -141,10 +151,21 @@ class Tokenized:
 def tokenize(tokenizer: Any, texts: Sequence[np.ndarray], token_types: bool) -> Tokenized:
     """Token ids for every row of every request (each a vector of str), padded to the
     batch's longest."""
+    encodings = encode_all(tokenizer, flat_strings(texts))
+    return padded(encodings, [array.reshape(-1).shape[0] for array in texts], token_types)
+
+
+def flat_strings(texts: Sequence[np.ndarray]) -> list[str]:
+    """Every request's rows, in order, as one list."""
     flat: list[str] = []
     for array in texts:
         flat.extend(str(v) for v in array.reshape(-1))
-    encodings = encode_all(tokenizer, flat)
+    return flat
+
+
+def padded(encodings: Sequence[Any], rows: Sequence[int], token_types: bool) -> Tokenized:
+    """The encodings of a batch (`rows` per request, in order) as its token inputs, each row
+    padded on the right to the batch's longest."""
     counts = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
     longest = int(counts.max()) if counts.size else 0
     ids = np.zeros((len(encodings), longest), dtype=np.int64)
@@ -158,8 +179,7 @@ def tokenize(tokenizer: Any, texts: Sequence[np.ndarray], token_types: bool) -> 
             types[row, :n] = encoding.type_ids
     lengths: list[int] = []
     row = 0
-    for array in texts:
-        count = array.reshape(-1).shape[0]
+    for count in rows:
         lengths.append(int(counts[row:row + count].max()) if count else 0)
         row += count
     feeds: Arrays = {"input_ids": ids, "attention_mask": mask}
