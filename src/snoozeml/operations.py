@@ -36,7 +36,9 @@ class Operation(StrEnum):
     METRICS = "metrics"  # Prometheus text format
     OPENAPI = "openapi"  # the OpenAPI document of the HTTP API
     EMBEDDINGS = "embeddings"  # OpenAI's POST /v1/embeddings
-    OPENAI_MODELS = "openai_models"  # OpenAI's model list, of the models that embed
+    OPENAI_MODELS = "openai_models"  # OpenAI's model list, of the models that embed or rerank
+    RERANK = "rerank"  # Cohere's POST /v1/rerank and /v2/rerank (Jina's shape too)
+    TEI_RERANK = "tei_rerank"  # Text Embeddings Inference's POST /rerank
     # KServe ModelMesh's model-runtime SPI, on its own port (api/grpc/modelmesh.py)
     MODELMESH_LOAD = "modelmesh_load"
     MODELMESH_UNLOAD = "modelmesh_unload"
@@ -59,7 +61,7 @@ class Access(StrEnum):
 class OperationSpec:
     access: Access
     # The request names a model, in its path (statistics: or asks for every model) or, for
-    # OpenAI's /v1/embeddings, in its body.
+    # OpenAI's /v1/embeddings and the rerank routes, in its body.
     model_scoped: bool
     http: tuple[tuple[str, str], ...] = ()  # (method, path); GET routes answer HEAD too
     grpc: tuple[str, ...] = ()  # full method names, "/package.Service/Method"
@@ -122,6 +124,9 @@ OPERATIONS: Mapping[Operation, OperationSpec] = {
     Operation.EMBEDDINGS: OperationSpec(Access.INFER, True, _post("/v1/embeddings")),
     Operation.OPENAI_MODELS: OperationSpec(
         Access.READ, True, _get("/v1/models", "/v1/models/{name}")),
+    # A rerank request may leave its model out when the daemon has one reranker.
+    Operation.RERANK: OperationSpec(Access.INFER, True, _post("/v1/rerank", "/v2/rerank")),
+    Operation.TEI_RERANK: OperationSpec(Access.INFER, True, _post("/rerank")),
     # No credentials: ModelMesh sends none. The SPI listens on its own port, on loopback
     # unless configured otherwise (the ModelMesh container shares the pod's network).
     Operation.MODELMESH_LOAD: OperationSpec(Access.ADMIN, True, (), (_MMESH + "loadModel",)),

@@ -69,7 +69,7 @@ class Daemon:
         server = config.server
         app = route = InferenceRoute(
             create_app(self.service, self.boundary, server.max_request_size, self.metrics,
-                       server.max_embedding_inputs),
+                       server.max_embedding_inputs, server.max_rerank_documents),
             self.service,
             self.boundary, server.max_request_size,
         )

@@ -72,6 +72,8 @@ def test_schemathesis_loads_every_operation() -> None:
     assert len(results) == len(documented())
 
 
+# The operations whose errors are another API's object than OIP's or OpenAI's.
+ERROR_KINDS = {"rerank": "RerankError", "tei_rerank": "TeiError"}
 # Answers with a 503 status that are not errors: "not ready" is the answer asked for.
 NOT_READY = {"server_ready", "model_ready"}
 
@@ -80,8 +82,10 @@ def test_every_error_answer_is_the_error_object_and_every_get_answers_head() -> 
     for (method, path), operation in documented().items():
         if method == "HEAD":
             continue
-        # OpenAI's clients read OpenAI's error object on its routes.
-        kind = "OpenAIError" if path.startswith("/v1/") else "Error"
+        # OpenAI's clients read OpenAI's error object on its routes; Cohere's and TEI's
+        # theirs on the rerank routes.
+        kind = ERROR_KINDS.get(operation["x-operation"],
+                               "OpenAIError" if path.startswith("/v1/") else "Error")
         error = {"$ref": f"#/components/schemas/{kind}"}
         for status, response in operation["responses"].items():
             if int(status) >= 400 and operation["x-operation"] not in NOT_READY:

@@ -62,6 +62,8 @@ REQUIRED_ROLE: Mapping[Operation, str | None] = {
     Operation.OPENAI_MODELS: "readonly",
     Operation.INFER: "inference",
     Operation.EMBEDDINGS: "inference",
+    Operation.RERANK: "inference",
+    Operation.TEI_RERANK: "inference",
     Operation.REPOSITORY_LOAD: "admin",
     Operation.REPOSITORY_UNLOAD: "admin",
     # ModelMesh's SPI sends no credentials, so its listener never checks them (its address,

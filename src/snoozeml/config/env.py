@@ -29,6 +29,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_GRPC_KEEPALIVE_MIN_TIME": ("grpc_keepalive_min_time",),
     "SNOOZE_CACHE_DIR": ("cache_dir",),
     "SNOOZE_MAX_EMBEDDING_INPUTS": ("max_embedding_inputs",),
+    "SNOOZE_MAX_RERANK_DOCUMENTS": ("max_rerank_documents",),
     "SNOOZE_MODELMESH_PORT": ("modelmesh_port",),
     "SNOOZE_MODELMESH_HOST": ("modelmesh_host",),
     "SNOOZE_HOST_BUDGET": ("memory", "host_budget"),
@@ -39,7 +40,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
 
 _INTEGER_KEYS = frozenset({"http_port", "grpc_port", "max_connections",
                            "grpc_max_concurrent_streams", "max_embedding_inputs",
-                           "modelmesh_port"})
+                           "max_rerank_documents", "modelmesh_port"})
 
 
 def apply_env(server: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:

@@ -130,6 +130,8 @@ class ServerConfig(_Section):
     cache_dir: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
     # The most inputs one /v1/embeddings request may carry (OpenAI's own limit).
     max_embedding_inputs: StrictInt = Field(default=2048, ge=1)
+    # The most documents one rerank request may carry (Cohere's advice; each is a row).
+    max_rerank_documents: StrictInt = Field(default=1000, ge=1)
     # KServe ModelMesh's model-runtime SPI (api/grpc/modelmesh.py): off unless a port is set (0
     # picks a free one). ModelMesh runs in the same pod and expects 8085, so it listens on
     # loopback unless told otherwise.

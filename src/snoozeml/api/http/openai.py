@@ -1,4 +1,5 @@
-"""OpenAI-compatible embeddings: `POST /v1/embeddings`, `GET /v1/models` and `/v1/models/{name}`.
+"""OpenAI-compatible embeddings: `POST /v1/embeddings`, `GET /v1/models` and `/v1/models/{name}`
+(which list the rerankers too, api/http/rerank.py).
 
 An embeddings request is Open Inference Protocol inference in another shape: its strings become
 the model's BYTES `text` input (token ids, its `input_ids` and `attention_mask`), in pieces of
@@ -28,6 +29,7 @@ from snoozeml.api.boundary import CALL, ErrorAnswer
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http.body import read_body
 from snoozeml.api.http.pieces import infer_pieces, piece_rows
+from snoozeml.api.http.rerank import reranks
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.capabilities import TEXT, TOKEN_COUNT, Capabilities
 from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
@@ -140,9 +142,15 @@ class Embeddings:
 
     # --- /v1/models -----------------------------------------------------------------------
 
-    def _model_json(self, name: str) -> dict[str, Any]:
+    def _model_json(self, name: str, capabilities: list[str]) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": int(self.service.started_at),
-                "owned_by": OWNED_BY}
+                "owned_by": OWNED_BY, "capabilities": capabilities}
+
+    def _uses(self, name: str) -> list[str]:
+        """What the model does on the routes beside OIP's: "embeddings", "rerank"."""
+        capabilities = self.service.capabilities(name)
+        return [use for use, can in (("embeddings", capabilities.embeddings),
+                                     ("rerank", reranks(capabilities))) if can]
 
     def _embedding_model(self, name: str) -> Capabilities:
         """What the model can do (the service reads it once per model); a 404 unless it
@@ -155,13 +163,17 @@ class Embeddings:
         return capabilities
 
     async def models(self, request: Request) -> Response:
+        """The models that embed or rerank, each with what it does."""
         name = request.path_params.get("name")
         if name is not None:
-            self._embedding_model(name)
-            return _json(self._model_json(name))
-        data = [self._model_json(name) for name in self.service.model_names()
-                if self.service.capabilities(name).embeddings]
-        return _json({"object": "list", "data": data})
+            uses = self._uses(name)
+            if not uses:
+                raise NotAnEmbeddingModel(f"model {name!r} neither produces embeddings nor "
+                                          "reranks (docs/embeddings.md, docs/rerankers.md)")
+            return _json(self._model_json(name, uses))
+        listed = ((name, self._uses(name)) for name in self.service.model_names())
+        return _json({"object": "list",
+                      "data": [self._model_json(name, uses) for name, uses in listed if uses]})
 
     # --- /v1/embeddings -------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from snoozeml.api.boundary import CALL, ErrorAnswer, RequestBoundary
 from snoozeml.api.codec import parse_json
 from snoozeml.api.http.body import ClientGone, read_body, scope_credentials
 from snoozeml.api.http.openai import OPENAI_OPERATIONS, Embeddings, error_response
+from snoozeml.api.http.rerank import Reranking, cohere_error_response, tei_error_response
 from snoozeml.api.metrics.prometheus import Metrics
 from snoozeml.api.repository_params import LoadParameters, load_parameters
 from snoozeml.api.status import status_json
@@ -212,23 +213,34 @@ def within(boundary: RequestBoundary, operation: Operation, endpoint: Endpoint,
 
 # Served by api/http/fastpath.py in front of this app.
 SERVED_ELSEWHERE = frozenset({Operation.INFER})
+# The routes whose clients read another API's error body than `{"error": message}`.
+_RENDERERS: dict[Operation, ErrorRenderer] = {
+    **dict.fromkeys(OPENAI_OPERATIONS, error_response),
+    Operation.RERANK: cohere_error_response,
+    Operation.TEI_RERANK: tei_error_response,
+}
 
 
 def create_app(
     service: InferenceService, boundary: RequestBoundary, max_request_size: int,
     metrics: Metrics | None = None, max_embedding_inputs: int = 2048,
+    max_rerank_documents: int = 1000,
 ) -> Starlette:
     """The HTTP application for `service`: every route of the operation table but inference
-    (`metrics`: what /metrics serves; None: it answers 404), the OpenAI routes included."""
+    (`metrics`: what /metrics serves; None: it answers 404), the OpenAI and rerank routes
+    included."""
     endpoints = handlers(service, max_request_size, metrics)
     openai = Embeddings(service, max_request_size, max_embedding_inputs)
     endpoints[Operation.EMBEDDINGS] = openai.embeddings
     endpoints[Operation.OPENAI_MODELS] = openai.models
+    reranking = Reranking(service, max_request_size, max_rerank_documents)
+    endpoints[Operation.RERANK] = reranking.cohere
+    endpoints[Operation.TEI_RERANK] = reranking.tei
     routes: list[tuple[str, str, Endpoint]] = []
     for operation, spec in OPERATIONS.items():
         if not spec.http or operation in SERVED_ELSEWHERE:
             continue
-        render = error_response if operation in OPENAI_OPERATIONS else plain_error
+        render = _RENDERERS.get(operation, plain_error)
         endpoint = within(boundary, operation, endpoints.pop(operation), render)
         routes.extend((method, path, endpoint) for method, path in spec.http)
     if endpoints:  # a handler for an operation the table gives no route: a bug

@@ -19,6 +19,7 @@ from typing import Any
 
 from snoozeml import __version__
 from snoozeml.api.openapi import openai as openapi_openai
+from snoozeml.api.openapi import rerank as openapi_rerank
 from snoozeml.api.openapi.parts import (
     BINARY,
     BOOL,
@@ -208,6 +209,7 @@ def paths() -> dict[str, Schema]:
         "/metrics": get_op(op["metrics"]),
         "/openapi.json": get_op(op["openapi"]),
         **openapi_openai.paths(),
+        **openapi_rerank.paths(),
     }
 
 
@@ -378,14 +380,14 @@ def document() -> Schema:
         "openapi": "3.0.3",
         "info": {"title": "SnoozeML", "version": __version__, "description": (
             "The Open Inference Protocol (KServe v2) over HTTP, its model-repository and "
-            "binary tensor data extensions, Triton's statistics extension, and SnoozeML's "
-            "own endpoints, and OpenAI's embeddings (under /v1). Every error body is "
-            "`{\"error\": \"...\"}`, but OpenAI's error object under /v1. Every GET also "
+            "binary tensor data extensions, Triton's statistics extension, SnoozeML's own "
+            "endpoints, OpenAI's embeddings (/v1), Cohere's and TEI's rerank. Every error body "
+            "is `{\"error\": \"...\"}`, but OpenAI's, Cohere's or TEI's on theirs. Every GET "
             "answers HEAD. With auth off (no `[auth]` table), no operation needs "
             "credentials. See docs/http-api.md.")},
         "paths": paths(),
         "components": {
-            "schemas": {**schemas(), **openapi_openai.schemas()},
+            "schemas": {**schemas(), **openapi_openai.schemas(), **openapi_rerank.schemas()},
             "headers": headers,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer",

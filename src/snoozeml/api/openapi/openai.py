@@ -13,8 +13,8 @@ _ERRORS = {
            "takes with `truncate = false`, `dimensions` the model does not allow.",
     "401": "Auth is on and the credentials are missing, invalid or expired.",
     "403": "The credential's role is too low for this operation.",
-    "404": "No such model, or a model that does not make embeddings (`code`: "
-           "`model_not_found`).",
+    "404": "No such model, or a model that does not make embeddings (`/v1/models/{name}`: "
+           "nor reranks; `code`: `model_not_found`).",
     "413": "The body (or its inflated form) is larger than `max_request_size`.",
     "500": "The model raised while running the request; the daemon keeps serving.",
     "503": "The model is FAILED, still loading after `load_timeout`, has no memory to load, "
@@ -42,10 +42,10 @@ def paths() -> dict[str, Schema]:
                      "loaded)", answer("One embedding per input, in order",
                                        ref("EmbeddingList")),
                      "400", "404", "413", "500", "503", requestBody=body)
-    models = _op("openai_models", "The models that make embeddings, in OpenAI's shape",
+    models = _op("openai_models", "The models that make embeddings or rerank, in OpenAI's shape",
                  answer("The list", obj(object={"enum": ["list"]},
                                         data=array(ref("OpenAIModel")))))
-    model = _op("openai_models", "One model that makes embeddings, in OpenAI's shape",
+    model = _op("openai_models", "One model that makes embeddings or reranks, in OpenAI's shape",
                 answer("The model", ref("OpenAIModel")), "404")
     name = {"name": "name", "in": "path", "required": True,
             "schema": {"type": "string", "minLength": 1}, "description": "The model."}
@@ -79,7 +79,8 @@ def schemas() -> dict[str, Schema]:
                 "oneOf": [array({"type": "number"}), {"type": "string", "format": "byte"}]})),
             model=STR,
             usage=obj(prompt_tokens=COUNT, total_tokens=COUNT)),
-        "OpenAIModel": obj(id=STR, object={"enum": ["model"]}, created=COUNT, owned_by=STR),
+        "OpenAIModel": obj(id=STR, object={"enum": ["model"]}, created=COUNT, owned_by=STR,
+                           capabilities=array({"enum": ["embeddings", "rerank"]})),
         "OpenAIError": obj(error=obj(message=STR, type=STR, param=nullable(STR),
                                      code=nullable(STR))),
     }
