@@ -112,9 +112,9 @@ class Reranking:
                        f"{', '.join(repr(model) for model in found)}", "model")
 
     async def _logits(self, request: Request,
-                      rerank: RerankRequest) -> tuple[str, np.ndarray, int]:
+                      rerank: RerankRequest) -> tuple[str, np.ndarray, int | None]:
         """The model's name, each document's logit (in order) and the tokens the pairs
-        took (0 when the model does not count them)."""
+        took (None when the model does not count them: no `token_count` output)."""
         if rerank.model is not None:
             request.scope[CALL].model = rerank.model  # for the request log and metrics
         name = self._reranker(rerank.model)
@@ -126,11 +126,11 @@ class Reranking:
         pieces = [_pair_request(rerank.query, rerank.texts[i:i + rows], counts)
                   for i in range(0, len(rerank.texts), rows)]
         logits: list[np.ndarray] = []
-        tokens = 0
+        tokens = 0 if counts else None
         for response in await infer_pieces(self.service, name, pieces):
             outputs = {out.name: out.data for out in response.outputs}
             logits.append(np.asarray(outputs[LOGITS]))
-            if counts:
+            if tokens is not None:
                 tokens += int(np.asarray(outputs[TOKEN_COUNT], dtype=np.int64).sum())
         every = np.concatenate(logits)
         width = every.shape[-1] if every.ndim == 2 else 1

@@ -188,8 +188,9 @@ def ranked(scores: np.ndarray, top_n: int | None) -> list[int]:
 
 
 def cohere_answer(request: RerankRequest, name: str, scores: np.ndarray, order: Sequence[int],
-                  tokens: int, answer_id: str, api_version: str) -> dict[str, Any]:
-    """Cohere's answer (`api_version` "1" or "2"), with Jina's `model` and `usage`."""
+                  tokens: int | None, answer_id: str, api_version: str) -> dict[str, Any]:
+    """Cohere's answer (`api_version` "1" or "2"), with Jina's `model` and `usage` (the
+    pairs' tokens; left out when the model does not count them)."""
     results = []
     for index in order:
         result: dict[str, Any] = {"index": index, "relevance_score": float(scores[index])}
@@ -197,14 +198,16 @@ def cohere_answer(request: RerankRequest, name: str, scores: np.ndarray, order: 
             result["document"] = request.documents[index]
         results.append(result)
     units = math.ceil(len(request.texts) / DOCUMENTS_PER_SEARCH_UNIT)
-    return {
+    answer = {
         "id": answer_id,
         "results": results,
         "meta": {"api_version": {"version": api_version},
                  "billed_units": {"search_units": units}},
         "model": name,
-        "usage": {"total_tokens": tokens},
     }
+    if tokens is not None:
+        answer["usage"] = {"total_tokens": tokens}
+    return answer
 
 
 def tei_answer(request: RerankRequest, scores: np.ndarray,

@@ -98,7 +98,7 @@ def _cohere_schemas() -> dict[str, Schema]:
                                 "items": {"enum": ["text"]}, "nullable": True},
             },
         },
-        "RerankResults": obj(
+        "RerankResults": _without_usage_required(obj(
             id=STR,
             results=array({
                 "type": "object", "required": ["index", "relevance_score"],
@@ -111,9 +111,15 @@ def _cohere_schemas() -> dict[str, Schema]:
             meta=obj(api_version=obj(version={"enum": ["1", "2"]}),
                      billed_units=obj(search_units=COUNT)),
             model=STR,
-            usage=obj(total_tokens=COUNT)),
+            usage=obj(total_tokens=COUNT))),
         "RerankError": obj(message=STR, detail=STR),
     }
+
+
+def _without_usage_required(schema: Schema) -> Schema:
+    """`usage` comes only from a model that counts its tokens (a `token_count` output)."""
+    schema["required"].remove("usage")
+    return schema
 
 
 def _tei_schemas() -> dict[str, Schema]:

@@ -193,6 +193,8 @@ def test_cohere_answers_results_best_first_with_meta_and_jinas_usage() -> None:
                          "m", np.zeros(250), [0], 0, "id-2", "1")
     assert bare["results"] == [{"index": 0, "relevance_score": 0.0}]  # no document unasked
     assert bare["meta"]["billed_units"] == {"search_units": 3}  # 100 documents a unit
+    uncounted = cohere_answer(request, "m", scores, [0], None, "id-3", "1")
+    assert "usage" not in uncounted  # a model that does not count its tokens
 
 
 def test_tei_answers_a_bare_array_with_text_when_asked() -> None:
