@@ -1,5 +1,6 @@
-"""A gRPC load generator for the throughput benchmark (``run_throughput.py``), in its own
-process so the daemon's measurement doesn't share an interpreter (or a GIL) with it.
+"""A gRPC load generator in its own process, so the daemon's measurement doesn't share an
+interpreter (or a GIL) with it; ``harness.load.grpc_load`` runs it (the ``throughput`` and
+``grpc_floor`` scenarios).
 
 Usage (from the repository root)::
 
@@ -27,9 +28,7 @@ from typing import Any
 
 import grpc
 import numpy as np
-from harness import grpc_request, random_rows
-
-from snoozeml.proto import inference_pb2_grpc as pb_grpc
+from harness.oip import grpc_request, grpc_stub, random_rows
 
 
 async def drive(
@@ -59,7 +58,7 @@ async def drive(
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     request = grpc_request(args.model, random_rows(1, args.width))
     async with grpc.aio.insecure_channel(args.target) as channel:
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = grpc_stub(channel)
         if args.warm_up > 0:
             await drive(stub, request, args.concurrency, args.warm_up)
         cpu_before = time.process_time()

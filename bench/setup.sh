@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks use beyond the dev install: wrk (hyperfine for ad-hoc CLI timing)
-# from Debian, and py-spy (run_throughput.py's profile) into the project's venv. Skips what is
+# from Debian, and py-spy (the throughput scenario's profile) into the project's venv. Skips what is
 # there already. Needs root (or sudo) on Debian/Ubuntu for wrk.
 set -euo pipefail
 

