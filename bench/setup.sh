@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks use beyond the dev install: wrk (hyperfine for ad-hoc CLI timing)
-# from Debian, and py-spy (the throughput scenario's profile) into the project's venv. Skips what is
-# there already. Needs root (or sudo) on Debian/Ubuntu for wrk.
+# from Debian, and py-spy (the throughput scenario's profile) into the project's venv. Skips what
+# is there already. Needs root (or sudo) on Debian/Ubuntu for wrk.
 set -euo pipefail
 
 VENV_PY="$(dirname "$0")/../.venv/bin/python"
