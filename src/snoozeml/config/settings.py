@@ -184,6 +184,8 @@ class ModelConfig(_Section):
     tokenize: StrictBool = False
     max_length: StrictInt | None = Field(default=None, ge=1)
     truncate: StrictBool = True  # false: a text longer than max_length is a 400
+    # Text pairs (runtime/text/pairs.py): false cuts only the second text, never the query.
+    truncate_query: StrictBool = True
     tokenizer: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None  # ONNX
     matryoshka: StrictBool = False  # requests may ask for fewer embedding `dimensions`
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"

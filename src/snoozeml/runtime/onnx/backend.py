@@ -13,7 +13,9 @@ Two load paths (docs/models.md, "How an ONNX model loads"):
   onnxruntime reads the file and pre-packs at load.
 
 With `tokenize = true` the loaded graph is wrapped by runtime/onnx/text.py, which adds the
-`text` input and the pooled `embedding` and `token_count` outputs.
+`text` input and the pooled `embedding` and `token_count` outputs, or, for a text classifier
+(task "text-classification", from the entry or config.json), by runtime/onnx/text_classifier.py,
+which adds the `text` and `text_pair` inputs to its `logits`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from snoozeml.runtime.onnx.diagnose import diagnose_blocking
 from snoozeml.runtime.onnx.instance import OnnxInstance
 from snoozeml.runtime.onnx.mapped import MappedWeights
 from snoozeml.runtime.onnx.text import load_text_blocking
+from snoozeml.runtime.onnx.text_classifier import load_text_classifier_blocking
+from snoozeml.runtime.text.settings import text_task
 
 # A mapped load's peak beyond its measured size, besides its graph: onnxruntime's own session
 # structures (measured: under 0.1 MiB above the resident size for a 92 MiB model).
@@ -157,6 +161,8 @@ class OnnxBackend:
         return looks_out_of_memory(exc)
 
     def load_blocking(self, spec: ModelConfig) -> Instance:
+        if spec.tokenize and text_task(spec) == "text-classification":
+            return load_text_classifier_blocking(spec, lambda: self._load_graph_blocking(spec))
         if spec.tokenize:
             return load_text_blocking(spec, lambda: self._load_graph_blocking(spec))
         return self._load_graph_blocking(spec)

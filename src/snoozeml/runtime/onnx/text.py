@@ -75,15 +75,7 @@ def plan_graph(
     """The output to pool for `pooling` (`pooling_set`: the entry chose it, so no fallback to
     the graph's own pooling). RuntimeError, saying why, for a graph text cannot be fed into
     or that has nothing to pool. Pure: the scan uses it too."""
-    names = [spec.name for spec in inputs]
-    for needed in ("input_ids", "attention_mask"):
-        if needed not in names:
-            raise RuntimeError(f"tokenize = true needs a graph that takes {needed!r}; it takes "
-                               f"{names}")
-    others = [name for name in names if name not in TOKEN_INPUTS]
-    if others:
-        raise RuntimeError(f"tokenize = true, but the graph also takes {others}, which text "
-                           f"cannot provide (only {list(TOKEN_INPUTS)})")
+    check_token_inputs(inputs)
     floats = [spec for spec in outputs if spec.datatype in _FLOATS]
     tokens = [spec for spec in floats if len(spec.shape) == 3]
     pooled = {spec.name: spec for spec in floats if len(spec.shape) == 2}
@@ -104,6 +96,20 @@ def plan_graph(
     return GraphPlan("model", own.name, own.shape[-1])
 
 
+def check_token_inputs(inputs: Sequence[TensorSpec]) -> None:
+    """RuntimeError, saying why, for a graph that text cannot be fed into: one that does not
+    take input_ids and attention_mask, or takes more than token ids."""
+    names = [spec.name for spec in inputs]
+    for needed in ("input_ids", "attention_mask"):
+        if needed not in names:
+            raise RuntimeError(f"tokenize = true needs a graph that takes {needed!r}; it takes "
+                               f"{names}")
+    others = [name for name in names if name not in TOKEN_INPUTS]
+    if others:
+        raise RuntimeError(f"tokenize = true, but the graph also takes {others}, which text "
+                           f"cannot provide (only {list(TOKEN_INPUTS)})")
+
+
 def _shown(specs: Sequence[TensorSpec]) -> str:
     return ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in specs) or "nothing"
 
@@ -115,24 +121,37 @@ def load_text_blocking(spec: ModelConfig, load: Callable[[], Instance]) -> OnnxT
         settings = text_settings(spec)
     except UnsupportedLayout as exc:
         raise RuntimeError(str(exc)) from None
-    # What the Hugging Face config.json beside the tokenizer says the graph takes: token ids
-    # past it would fail inside onnxruntime, so they are a 400 before queueing.
-    config = read_json(tokenizer_folder(spec) / "config.json")
-    limits = TokenLimits.of(config.get if isinstance(config, dict) else lambda key: None)
-    # Never more tokens than the model has positions: past them it fails on every request.
-    max_length = min(settings.max_length, limits.positions) if limits.positions \
-        else settings.max_length
+    limits, max_length = token_limits(spec, settings)
     tokenizer = load_tokenizer(tokenizer_file(spec), max_length)
     inner = load()
     try:
         plan = plan_graph(inner.metadata.inputs, inner.metadata.outputs, settings.pooling,
                           spec.pooling is not None)
+    except RuntimeError as exc:
+        classifies = any(s.name == "logits" for s in inner.metadata.outputs)
+        inner.close()
+        if classifies:  # a sequence classifier without a config.json that says so
+            raise RuntimeError(f"{exc}. A text classifier? Set task = \"text-classification\" "
+                               "in the model's entry") from None
+        raise
     except BaseException:
         inner.close()
         raise
     log_event("text_model", model=spec.name, pooling=plan.pooling, output=plan.source,
               normalize=settings.normalize, max_length=max_length, settings=settings.source)
     return OnnxTextInstance(inner, tokenizer, settings, max_length, plan, limits)
+
+
+def token_limits(spec: ModelConfig, settings: TextSettings) -> tuple[TokenLimits, int]:
+    """What the Hugging Face config.json beside the tokenizer says the graph takes (token ids
+    past it would fail inside onnxruntime, so they are a 400 before queueing), and the
+    max_length the settings give, capped at its positions: past them it would fail on every
+    request."""
+    config = read_json(tokenizer_folder(spec) / "config.json")
+    limits = TokenLimits.of(config.get if isinstance(config, dict) else lambda key: None)
+    max_length = min(settings.max_length, limits.positions) if limits.positions \
+        else settings.max_length
+    return limits, max_length
 
 
 class OnnxTextInstance:

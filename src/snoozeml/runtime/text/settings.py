@@ -65,6 +65,7 @@ class TextSettings:
     max_length: int
     truncate: bool
     source: str  # where the pooling and normalisation came from, for the logs and status
+    truncate_query: bool = True  # text pairs: the first text is cut too (longest_first)
 
 
 def read_json(path: Path) -> Any:
@@ -111,32 +112,35 @@ def task_of(config: dict[str, Any]) -> str:
     return "feature-extraction"
 
 
+def text_task(spec: ModelConfig) -> str | None:
+    """The task of a model that takes text: its entry's `task`, else what its config.json's
+    architectures say (task_of: a torch folder's, or the one beside an ONNX export's
+    tokenizer); None when it has neither."""
+    if spec.task is not None:
+        return spec.task
+    config = hf_config(spec)
+    return task_of(config) if config is not None else None
+
+
 def can_embed(spec: ModelConfig) -> bool:
     """Whether a model's entry makes it a text embedding model (what /v1/embeddings serves and
-    /v1/models lists), from its entry and config.json alone: it takes text (`tokenize`), and a
-    torch model extracts features (an ONNX one does unless its config.json names a
-    classifier). The loaded model's metadata has the last word."""
+    /v1/models lists), from its entry and config.json alone: it takes text (`tokenize`), and its
+    task is feature-extraction (an ONNX model's, unless its entry or config.json names another;
+    a torch folder's only when they say so). The loaded model's metadata has the last word."""
     if not spec.tokenize:
         return False
-    if spec.format != "torch":
-        config = hf_config(spec)
-        return config is None or task_of(config) == "feature-extraction"
-    if spec.task is not None:
-        return spec.task == "feature-extraction"
-    config = hf_config(spec)
-    return config is not None and task_of(config) == "feature-extraction"
+    task = text_task(spec)
+    if spec.format != "torch" and task is None:
+        return True
+    return task == "feature-extraction"
 
 
 def can_score_pairs(spec: ModelConfig) -> bool:
     """Whether a model's entry makes it a text sequence classifier, which scores a query and a
     document as one pair (a cross-encoder: what the rerank routes serve), from its entry and
-    config.json alone: it takes text (`tokenize`) and classifies sequences."""
-    if not spec.tokenize:
-        return False
-    if spec.task is not None and spec.format == "torch":
-        return spec.task == "text-classification"
-    config = hf_config(spec)
-    return config is not None and task_of(config) == "text-classification"
+    config.json alone: it takes text (`tokenize`) and its task is text-classification. The
+    runtimes serve such a model `text_pair` (runtime/text/pairs.py)."""
+    return spec.tokenize and text_task(spec) == "text-classification"
 
 
 def label_count(spec: ModelConfig) -> int | None:
@@ -190,14 +194,17 @@ def tokenizer_file(spec: ModelConfig) -> Path:
     return tokenizer_folder(spec) / TOKENIZER_FILE
 
 
-def text_settings(spec: ModelConfig) -> TextSettings:
+def text_settings(spec: ModelConfig, pooled: bool = True) -> TextSettings:
     """The entry's settings, completed from the sentence-transformers files or the defaults.
     Raises UnsupportedLayout for a sentence-transformers model SnoozeML cannot pool as the
-    library does, unless the entry sets `pooling` itself."""
-    found = sentence_transformers(tokenizer_folder(spec))
-    if found is not None and found.unsupported and spec.pooling is None:
+    library does, unless the entry sets `pooling` itself. `pooled` False is a classifier, whose
+    head pools: its modules are not checked, and its max_length defaults to the tokenizer's
+    `model_max_length` (tokenizer_config.json), as CrossEncoder's does."""
+    folder = tokenizer_folder(spec)
+    found = sentence_transformers(folder)
+    if pooled and found is not None and found.unsupported and spec.pooling is None:
         raise UnsupportedLayout(
-            f"the sentence-transformers model in {tokenizer_folder(spec)} uses "
+            f"the sentence-transformers model in {folder} uses "
             f"{', '.join(found.unsupported)}, which SnoozeML does not run: its embeddings would "
             "differ from the library's. Set pooling (and normalize) in the model's entry to "
             "serve it anyway")
@@ -207,5 +214,20 @@ def text_settings(spec: ModelConfig) -> TextSettings:
     pooling = spec.pooling or (found.pooling if found else None) or DEFAULT_POOLING
     normalize = spec.normalize if spec.normalize is not None else \
         (found.normalize if found else DEFAULT_NORMALIZE)
-    max_length = spec.max_length or (found.max_length if found else None) or DEFAULT_MAX_LENGTH
-    return TextSettings(pooling, normalize, max_length, spec.truncate, source)
+    max_length = spec.max_length or (found.max_length if found else None) \
+        or (None if pooled else tokenizer_max_length(folder)) or DEFAULT_MAX_LENGTH
+    return TextSettings(pooling, normalize, max_length, spec.truncate, source,
+                        spec.truncate_query)
+
+
+# What transformers writes as model_max_length when the tokenizer has no limit (1e30).
+_NO_LIMIT = 1_000_000_000
+
+
+def tokenizer_max_length(folder: Path) -> int | None:
+    """tokenizer_config.json's `model_max_length`; None when it is absent or means no limit."""
+    config = read_json(folder / "tokenizer_config.json")
+    value = config.get("model_max_length") if isinstance(config, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _NO_LIMIT:
+        return value
+    return None

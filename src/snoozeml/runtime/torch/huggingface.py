@@ -3,10 +3,11 @@
 A feature-extraction model serves `last_hidden_state`, a pooled `embedding` (pooled and
 normalised as runtime/text/settings.py resolves) and each row's `token_count`; classification
 models serve `logits`. With `tokenize = true` and a tokenizer.json, a model also takes a BYTES
-input `text` (one string per row), tokenized here (runtime/text/tokenizer.py). Rows of one batch
-are padded
-to its longest, and each request gets its outputs trimmed to its own token length, so a batched
-request answers exactly as it would alone.
+input `text` (one string per row), tokenized here (runtime/text/tokenizer.py), and a text
+classifier (a cross-encoder) a `text_pair` beside it, each row's two texts tokenized as one pair
+(runtime/text/pairs.py); its logits must be finite (runtime/text/logits.py). Rows of one batch
+are padded to its longest, and each request gets its outputs trimmed to its own token length,
+so a batched request answers exactly as it would alone.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ import torch
 
 from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import ModelMetadata, TensorSpec
+from snoozeml.errors import InvalidInput
 from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays
+from snoozeml.runtime.text.logits import LOGITS, check_logits, probe_blocking
+from snoozeml.runtime.text.pairs import TextPairs
 from snoozeml.runtime.text.settings import (
     UnsupportedLayout,
     task_of,
@@ -34,6 +38,7 @@ from snoozeml.runtime.text.settings import (
 )
 from snoozeml.runtime.text.tokenizer import (
     TEXT,
+    TEXT_PAIR,
     TOKEN_COUNT,
     LengthCheck,
     TokenLimits,
@@ -82,13 +87,14 @@ class HuggingFaceInstance:
 
     def __init__(self, spec: ModelConfig) -> None:
         folder = spec.path
+        self.name = spec.name
         self.task, cls, config = model_class(folder, spec.task)
         self.device = torch_device(spec.device)
         model = _load_weights(spec, cls, config)
         self.model = model.to(self.device).eval()
         _page_in(self.model)
         try:
-            settings = text_settings(spec)
+            settings = text_settings(spec, pooled=self.task == "feature-extraction")
         except UnsupportedLayout as exc:
             raise RuntimeError(str(exc)) from None
         self.pooling = settings.pooling
@@ -104,16 +110,22 @@ class HuggingFaceInstance:
             else settings.max_length
         self.tokenizer: Any = None
         self._lengths: LengthCheck | None = None
+        self._pairs: TextPairs | None = None
         if spec.tokenize:
             self.tokenizer = load_tokenizer(tokenizer_file(spec), self.max_length)
             if not settings.truncate:
                 self._lengths = LengthCheck(self.tokenizer, self.max_length)
+            if self.task == "text-classification":
+                self._pairs = TextPairs(self.tokenizer, self.max_length, settings.truncate,
+                                        settings.truncate_query)
         if self.task == "feature-extraction":
             log_event("text_model", model=spec.name, pooling=self.pooling,
                       output="pooler_output" if self.pooling == "model" else "last_hidden_state",
                       normalize=self.normalize, max_length=self.max_length,
                       settings=settings.source)
         self._metadata = self._describe(spec.name)
+        if self._pairs is not None:
+            probe_blocking(self)
 
     def _describe(self, name: str) -> ModelMetadata:
         hidden = int(getattr(self.model.config, "hidden_size", -1) or -1)
@@ -132,13 +144,15 @@ class HuggingFaceInstance:
                 inputs.append(TensorSpec("token_type_ids", "INT64", (-1, -1), True))
             if optional:
                 inputs.append(TensorSpec(TEXT, "BYTES", (-1,), True))
+            if self._pairs is not None:
+                inputs.append(TensorSpec(TEXT_PAIR, "BYTES", (-1,), True))
         if self.task == "feature-extraction":
             outputs.append(TensorSpec("last_hidden_state", "FP32", (-1, -1, hidden)))
             outputs.append(TensorSpec("embedding", "FP32", (-1, hidden)))
             outputs.append(TensorSpec(TOKEN_COUNT, "INT64", (-1,)))
         else:
             labels = int(getattr(self.model.config, "num_labels", -1))
-            outputs.append(TensorSpec("logits", "FP32", (-1, labels)))
+            outputs.append(TensorSpec(LOGITS, "FP32", (-1, labels)))
         sets: tuple[tuple[str, ...], ...] = ()
         if self.tokenizer is not None:
             sets = (("text",), ("input_ids", "attention_mask"))
@@ -158,7 +172,11 @@ class HuggingFaceInstance:
         request joins a batch, so it never fails its neighbours)."""
         if TEXT in inputs:
             check_text(inputs, self._lengths)
+            if self._pairs is not None:
+                self._pairs.check(inputs)
             return
+        if TEXT_PAIR in inputs:
+            raise InvalidInput("input 'text_pair' goes with 'text', one pair per row")
         if self.task == "image-classification":
             return
         check_token_ids(inputs, self._limits)
@@ -174,7 +192,10 @@ class HuggingFaceInstance:
         """Run several requests as one batch, padded to its longest; each gets its own rows
         back, trimmed to its own token length. Never Unsplittable."""
         counts: np.ndarray | None
-        if TEXT in requests[0]:
+        if TEXT_PAIR in requests[0] and self._pairs is not None:
+            tokenized = self._pairs.tokenize(requests, self._takes_token_types())
+            feeds, lengths, counts = tokenized.feeds, tokenized.lengths, tokenized.counts
+        elif TEXT in requests[0]:
             tokenized = tokenize(self.tokenizer, [r[TEXT] for r in requests],
                                  self._takes_token_types())
             feeds, lengths, counts = tokenized.feeds, tokenized.lengths, tokenized.counts
@@ -214,7 +235,10 @@ class HuggingFaceInstance:
         with torch.inference_mode():
             out = self.model(**tensors)
         if self.task != "feature-extraction":
-            return {"logits": out.logits.float().cpu().numpy()}
+            logits = out.logits.float().cpu().numpy()
+            if self.task == "text-classification":
+                check_logits(logits, self.name)
+            return {LOGITS: logits}
         hidden = out.last_hidden_state
         pooled = _pool(self.pooling, hidden, tensors.get("attention_mask"), out)
         if self.normalize:
