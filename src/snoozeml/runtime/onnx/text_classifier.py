@@ -75,8 +75,8 @@ def load_text_classifier_blocking(
     except BaseException:
         inner.close()
         raise
-    log_event("text_model", model=spec.name, task="text-classification", max_length=max_length,
-              truncate_query=settings.truncate_query)
+    log_event("text_classifier", model=spec.name, max_length=max_length,
+              truncate=settings.truncate, truncate_query=settings.truncate_query)
     return instance
 
 

@@ -126,6 +126,8 @@ class HuggingFaceInstance:
         self._metadata = self._describe(spec.name)
         if self._pairs is not None:
             probe_blocking(self)
+            log_event("text_classifier", model=spec.name, max_length=self.max_length,
+                      truncate=settings.truncate, truncate_query=settings.truncate_query)
 
     def _describe(self, name: str) -> ModelMetadata:
         hidden = int(getattr(self.model.config, "hidden_size", -1) or -1)
