@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"pulled {result.repo_id} (revision {result.revision}, {source}) into {result.folder}: "
           f"{count} file{'' if count == 1 else 's'}")
     for model in result.merge.added:
-        print(f"added {model.name} ({model.format}) to {config}")
+        print(f"added {model.name} ({model.format}{f', {model.role}' if model.role else ''}) "
+              f"to {config}")
     for skip in result.merge.skipped:
         print(f"kept {skip.model.name}: {skip.reason}")
     if not result.merge.added:

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # the command's boundary: one line, never a traceback
         return exit_codes.report_failure(exc, "scan")
     for model in merge.added:
-        print(f"added {model.name} ({model.format}) to {args.write}")
+        print(f"added {model.name} ({model.format}{f', {model.role}' if model.role else ''}) "
+              f"to {args.write}")
     for skip in merge.skipped:
         print(f"kept {skip.model.name}: {skip.reason}")
     if not merge.added:

@@ -1,6 +1,7 @@
 """Hugging Face Hub pulls and directory scans that write models.toml entries.
 
     scan.py           find models in a folder, reading metadata only
+    classifiers.py    which scanned models are text classifiers, and which rerank
     select.py         which files of a repository serving needs (a pure policy)
     config_writer.py  render entries as TOML; merge them into a models.toml, appending only
     pull.py           download through huggingface_hub, then scan and merge

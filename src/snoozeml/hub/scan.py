@@ -6,9 +6,11 @@ Two kinds of model are found:
   from `onnx.load(..., load_external_data=False)`; batching is on when every input and output has
   a dynamic first dimension. With a tokenizer.json beside it (or above it: the Hub's
   `onnx/model.onnx`) and a graph that takes token ids, it takes text: `tokenize = true`, with
-  the pooling of its sentence-transformers files.
+  the pooling of its sentence-transformers files, or, for a sequence classifier (a
+  cross-encoder), `task = "text-classification"` (hub/classifiers.py).
 - safetensors: a Hugging Face folder (`config.json` plus `*.safetensors` or a sharded index) is
-  one torch model, its task read from the config's architectures; a `.safetensors` file outside
+  one torch model, its task read from the config's architectures (a sequence classifier with
+  a tokenizer takes text pairs, and reranks with one label); a `.safetensors` file outside
   such a folder is a plain state dict, whose module and tensors the user has to declare.
 
 Hidden folders (such as the `.cache/huggingface` that downloads leave behind) are skipped.
@@ -24,6 +26,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from snoozeml.datatypes import ONNX_TO_OIP, TensorSpec
+from snoozeml.hub.classifiers import (
+    architectures_in,
+    check_classifier_graph,
+    label_count_in,
+    onnx_classifier_evidence,
+    onnx_labels,
+    serves_as,
+)
 from snoozeml.runtime.files import external_data_paths
 from snoozeml.runtime.onnx.text import plan_graph
 from snoozeml.runtime.text.settings import (
@@ -31,7 +41,6 @@ from snoozeml.runtime.text.settings import (
     TOKENIZER_FILE,
     Pooling,
     beside_or_above,
-    read_json,
     sentence_transformers,
 )
 
@@ -61,6 +70,8 @@ class ScannedModel:
     pooling: Pooling | None = None
     normalize: bool | None = None
     max_length: int | None = None
+    # What the daemon serves it as, for the command's summary ("a reranker on /v1/rerank…").
+    role: str | None = None
     # Comment lines written into the entry, for the reader.
     notes: tuple[str, ...] = ()
 
@@ -217,27 +228,37 @@ def _onnx_model(file: Path, model: Any) -> ScannedModel:
         for label, group in (("input: ", inputs), ("output:", outputs))
         for t in group
     ]
-    text = _onnx_text(file, inputs, outputs, notes)
-    return ScannedModel(
-        name="", path=file, format="onnx", inputs=inputs, outputs=outputs,
-        max_batch_size=max_batch_size, batching_note=note, tokenize=text is not None,
-        pooling=text[0] if text else None, normalize=text[1] if text else None,
-        max_length=text[2] if text else None, notes=tuple(notes),
-    )
+    text = _onnx_text(file, inputs, outputs, notes) or {}
+    return ScannedModel(name="", path=file, format="onnx", inputs=inputs, outputs=outputs,
+                        max_batch_size=max_batch_size, batching_note=note, notes=tuple(notes),
+                        **text)
 
 
 def _onnx_text(
     file: Path, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
     notes: list[str],
-) -> tuple[Pooling | None, bool | None, int | None] | None:
-    """Pooling, normalisation and length for an ONNX file that can take text (written with
-    tokenize = true): one with a tokenizer.json beside it, or in the folder above it (the
-    Hub's `onnx/model.onnx`; runtime/text_settings.tokenizer_folder finds it there too), and a
-    graph that runtime/onnx/text.py can feed and pool. None for any other."""
+) -> dict[str, Any] | None:
+    """The entry's text keys for an ONNX file that can take text (tokenize = true): one with a
+    tokenizer.json beside it, or in the folder above it (the Hub's `onnx/model.onnx`;
+    runtime/text/settings.tokenizer_folder finds it there too), and a graph that
+    runtime/onnx/text.py can feed and pool, or runtime/onnx/text_classifier.py can feed and
+    classify (then with task and role). None for any other."""
     folder = beside_or_above(file)
     if not (folder / TOKENIZER_FILE).is_file():
         return None
     where = "beside it" if folder == file.parent else "in the folder above"
+    evidence = onnx_classifier_evidence(folder, outputs)
+    if evidence is not None:
+        try:
+            check_classifier_graph(inputs, outputs)
+        except RuntimeError as exc:
+            notes.append(f"tokenize is off although tokenizer.json is {where}: {exc}")
+            return None
+        role, lines = serves_as(onnx_labels(folder, outputs))
+        notes.append(f"tokenize = true: tokenizer.json is {where}, so the model accepts text")
+        notes.append(f"task = \"text-classification\": {evidence}")
+        notes.extend(lines)
+        return {"tokenize": True, "task": "text-classification", "role": role}
     found: list[str] = []
     pooling, normalize, max_length = _sentence_transformers(folder, found)
     try:
@@ -251,7 +272,8 @@ def _onnx_text(
         notes.append(f"pooling = \"model\": the graph has no token-level output to pool; its "
                      f"{plan.source} is the embedding")
         pooling = plan.pooling
-    return pooling, normalize, max_length
+    return {"tokenize": True, "pooling": pooling, "normalize": normalize,
+            "max_length": max_length}
 
 
 # --- safetensors -----------------------------------------------------------------------
@@ -269,9 +291,7 @@ def _task_of(architectures: list[str]) -> Task | None:
 
 
 def _hf_model(folder: Path) -> ScannedModel:
-    config = read_json(folder / "config.json")
-    raw = config.get("architectures") if isinstance(config, dict) else None
-    architectures = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
+    architectures = architectures_in(folder)
     task = _task_of(architectures)
     notes: list[str] = []
     if task is not None:
@@ -285,10 +305,16 @@ def _hf_model(folder: Path) -> ScannedModel:
     tokenize = (folder / "tokenizer.json").is_file()
     if tokenize:
         notes.append("tokenize = true: tokenizer.json is present, so the model accepts text")
+    role: str | None = None
+    if task == "text-classification":
+        role, lines = serves_as(label_count_in(folder)) if tokenize else (
+            None, ["no tokenizer.json: it takes token ids, not text, so it scores no text "
+                   "pairs and does not rerank"])
+        notes.extend(lines)
     pooling, normalize, max_length = _sentence_transformers(folder, notes) \
         if task == "feature-extraction" else (None, None, None)
     return ScannedModel(
-        name="", path=folder, format="torch", task=task, tokenize=tokenize,
+        name="", path=folder, format="torch", task=task, tokenize=tokenize, role=role,
         pooling=pooling, normalize=normalize, max_length=max_length, notes=tuple(notes),
     )
 

@@ -148,8 +148,11 @@ def label_count(spec: ModelConfig) -> int | None:
     `id2label`'s, else `num_labels`, else transformers' default of 2; None without a config.
     A cross-encoder that reranks has 1."""
     config = hf_config(spec)
-    if config is None:
-        return None
+    return None if config is None else labels_in(config)
+
+
+def labels_in(config: dict[str, Any]) -> int:
+    """A Hugging Face config's label count, as label_count reads it (the scan's too)."""
     id2label = config.get("id2label")
     if isinstance(id2label, dict) and id2label:
         return len(id2label)
