@@ -1,5 +1,5 @@
 """The `process` section of /admin/status: the daemon's own RSS, descriptors, threads and
-asyncio tasks, read on its event loop (what bench/soak.py watches for leaks)."""
+asyncio tasks, read on its event loop (what bench/run.py soak watches for leaks)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`/admin/status` as JSON: the engine's typed snapshot, serialised (timestamps as ISO 8601 UTC
 with milliseconds, durations as numbers), and the process's own resources read at that moment.
-The monitor reads this; so does `bench/soak.py`, for the asyncio tasks no outside tool sees."""
+The monitor reads this; so does `bench/run.py soak`, for the asyncio tasks no outside tool sees."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ under the model "". `per_model = false` maps every model to "".
 Invariants: events are published on the event loop, and the sums are read there too (a scrape
 copies them, and takes its snapshot, before formatting the copy on a thread), so they are plain
 ints and lists, without locks. An event costs a dict lookup and an add per series (measured in
-bench/run_metrics.py); histograms are cumulated when scraped, not when observed. Counting needs
+bench/run.py metrics); histograms are cumulated when scraped, not when observed. Counting needs
 nothing of prometheus_client: the registry and its collectors are built, and the client
 imported, at the first scrape (on the loop), so a daemon never scraped never loads it.
 """
