@@ -5,6 +5,9 @@ path the next load takes (with or without a cache entry)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +22,9 @@ from onnx_models import write_corrupt_model, write_mlp
 
 from snoozeml.runtime.base import FileSizes, LoadPlan
 from snoozeml.runtime.files import EXTERNAL_SCAN_LIMIT
-from snoozeml.runtime.onnx.backend import SESSION_BYTES, OnnxBackend
+from snoozeml.runtime.onnx.backend import OnnxBackend
 from snoozeml.runtime.onnx.cache import entry_key
+from snoozeml.runtime.onnx.sessions import SESSION_BYTES
 
 
 @pytest.mark.parametrize(("error", "expected"), ALLOCATOR_FAILURES)
@@ -73,6 +77,41 @@ def test_an_onnx_model_counts_against_the_host_when_onnxruntime_has_no_cuda() ->
 def test_an_onnx_model_counts_against_the_host_off_the_gpus(device: str,
                                                             gpus: list[str]) -> None:
     assert OnnxBackend().memory_device(spec_on(device, fmt="onnx"), gpus) == "cpu"
+
+
+# A fresh interpreter: what the backend imports, and when, is the point.
+FIRST_LOAD = """
+import json, sys
+from pathlib import Path
+from snoozeml.config.settings import ModelConfig
+from snoozeml.runtime.onnx.backend import OnnxBackend
+
+spec = ModelConfig(name="mlp", path=Path(sys.argv[1]), format="onnx", device="cpu")
+backend = OnnxBackend(Path(sys.argv[2]))
+seen = {"built": "onnxruntime" in sys.modules}
+backend.file_sizes_blocking(spec)
+seen["device"] = backend.memory_device(spec, [])
+seen["sized"] = "onnxruntime" in sys.modules
+backend.prepare_blocking(spec)
+seen["prepared"] = "onnxruntime" in sys.modules
+instance = backend.load_blocking(spec)
+seen["outputs"] = [o.name for o in instance.metadata.outputs]
+instance.close()
+print(json.dumps(seen))
+"""
+
+
+def test_onnxruntime_is_imported_at_the_first_load_not_when_a_model_is_built_or_sized(
+    tmp_path: Path,
+) -> None:
+    path = write_mlp(tmp_path / "mlp.onnx")
+    result = subprocess.run(
+        [sys.executable, "-c", FIRST_LOAD, str(path), str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen == {"built": False, "device": "cpu", "sized": False, "prepared": True,
+                    "outputs": ["y"]}
 
 
 def test_a_single_file_onnx_model_holds_its_file_and_peaks_at_twice_it(tmp_path: Path) -> None:
