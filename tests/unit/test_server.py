@@ -47,12 +47,13 @@ def test_auth_on_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
 # Imported only when a configuration, or a request, needs them: [auth.jwt] (PyJWT and
 # cryptography), a text or torch model, a model added by path (the Hub package), ModelMesh,
 # the first GET /openapi.json, the first scrape of /metrics, an ONNX model's first load
-# (onnxruntime: the preload begins after server_started); `snooze monitor` and `snooze pull`.
-# FastAPI is not used at all.
+# (onnxruntime: the preload begins after server_started), the first /admin/status (psutil);
+# `snooze monitor` and `snooze pull`. FastAPI is not used at all.
 LAZY = ("jwt", "cryptography", "transformers", "torch", "tokenizers", "textual",
         "huggingface_hub", "tomlkit", "fastapi", "prometheus_client", "snoozeml.hub",
         "snoozeml.auth.tokens", "snoozeml.api.grpc.modelmesh", "snoozeml.engine.modelmesh",
-        "snoozeml.api.openapi.document", "onnxruntime", "snoozeml.runtime.onnx.sessions")
+        "snoozeml.api.openapi.document", "onnxruntime", "snoozeml.runtime.onnx.sessions",
+        "psutil")
 # What every start needs: the check sees the daemon's modules, not an empty interpreter.
 NEEDED = ("uvicorn", "grpc", "snoozeml.server", "snoozeml.api.http.rest",
           "snoozeml.runtime.onnx.backend")

@@ -9,8 +9,6 @@ import os
 import time
 from typing import Any
 
-import psutil
-
 from snoozeml.engine.memory.probes import process_rss
 from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
@@ -68,6 +66,8 @@ def _open_fds() -> int | None:
         return len(os.listdir("/proc/self/fd")) - 1
     except OSError:
         pass
+    import psutil  # here, not at start: the first status read pays its import
+
     try:
         return psutil.Process().num_fds()
     except (AttributeError, psutil.Error):  # no such count on this platform
@@ -75,6 +75,8 @@ def _open_fds() -> int | None:
 
 
 def _threads() -> int | None:
+    import psutil
+
     try:
         return psutil.Process().num_threads()
     except psutil.Error:

@@ -1,5 +1,6 @@
 """Reading memory: the process's RSS, the host's total, and GPU memory through NVML. (Handing
-memory back to the OS is snoozeml/heap.py.)
+memory back to the OS is snoozeml/heap.py.) On Linux both come from /proc, psutil elsewhere:
+psutil is imported only where /proc cannot be read, not at every start.
 
 The probe is the one injected piece of memory management: tests pass a fake one, GPU code paths
 included. Without a GPU (or without nvidia-ml-py) the GPU side is inert and says so once.
@@ -14,8 +15,6 @@ import os
 import sys
 from typing import Any, Protocol
 
-import psutil
-
 from snoozeml.logs import log_event
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -27,6 +26,8 @@ def process_rss() -> int:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE
     except OSError:
+        import psutil
+
         return int(psutil.Process().memory_info().rss)
 
 
@@ -53,6 +54,17 @@ def peak_rss() -> int | None:
 
 
 def host_total() -> int:
+    """The host's physical memory in bytes: MemTotal, as psutil.virtual_memory().total reads it
+    on Linux."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
     return int(psutil.virtual_memory().total)
 
 

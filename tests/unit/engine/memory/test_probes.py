@@ -1,5 +1,6 @@
 """Finding GPUs through NVML (engine/memory/probes.py): where NVML's library does not load, no
-GPU is found and pynvml is not even imported, and the start says what pynvml itself would."""
+GPU is found and pynvml is not even imported, and the start says what pynvml itself would.
+The host's memory is read without importing psutil, and is what psutil says."""
 
 from __future__ import annotations
 
@@ -53,3 +54,17 @@ def test_without_nvmls_library_no_gpu_is_found_and_pynvml_is_not_imported() -> N
         assert [line for line in found["said"] if "gpu_memory_unavailable" in line] == [
             'gpu_memory_unavailable detail="no NVML GPU found; GPU budgets are inert" '
             f"error={found['own']}"]
+
+
+def test_the_hosts_total_is_psutils_without_importing_it() -> None:
+    script = ("import json, sys\n"
+              "from snoozeml.engine.memory.probes import host_total, process_rss\n"
+              "total, rss = host_total(), process_rss()\n"
+              "imported = 'psutil' in sys.modules\n"
+              "import psutil\n"
+              "print(json.dumps([total, psutil.virtual_memory().total, imported, rss > 0]))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    total, psutils, imported, rss = json.loads(result.stdout)
+    assert (total, imported, rss) == (psutils, False, True)
