@@ -24,6 +24,7 @@ from snoozeml.api.grpc.server import create_grpc_server
 from snoozeml.api.http.fastpath import InferenceRoute
 from snoozeml.api.http.protocol import HttpLimits, limited_protocol
 from snoozeml.api.http.rest import create_app
+from snoozeml.api.http.websocket_refusal import WebSocketRefusal
 from snoozeml.api.metrics.prometheus import Metrics
 from snoozeml.auth.authenticator import Authenticator
 from snoozeml.config.settings import Config
@@ -84,6 +85,7 @@ class Daemon:
                 body_timeout=server.body_timeout,
             ), route),
             lifespan="off",
+            ws=WebSocketRefusal,  # no WebSocket routes: an upgrade is a 403, websockets unused
             log_config=None,
             log_level="warning",
             access_log=False,

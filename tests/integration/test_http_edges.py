@@ -1,12 +1,13 @@
 """Edges of the HTTP contract a client can hit: methods and paths (405 with Allow, HEAD, no
-redirects), request shapes numpy cannot describe, text that is not UTF-8 for a string model,
-BF16 tensors, and versioned repository paths. Each must get its own clear answer, and never
-a 500 or a neighbour's failure."""
+redirects, a WebSocket upgrade refused), request shapes numpy cannot describe, text that is not
+UTF-8 for a string model, BF16 tensors, and versioned repository paths. Each must get its own
+clear answer, and never a 500 or a neighbour's failure."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import socket
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ import tritonclient.http as httpclient
 from daemon import Daemon
 from oip_http import index_of
 from onnx_models import write_bf16_model, write_flag_model, write_mlp, write_text_model
+from raw_http import closed_by_server, read_response
 
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
@@ -116,6 +118,35 @@ def test_a_trailing_slash_is_a_json_404_not_a_redirect(client: httpx.Client, pat
 
     assert response.status_code == 404
     assert response.json() == {"error": "Not Found"}
+
+
+WEBSOCKET = (b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
+
+
+@pytest.mark.parametrize("handshake", [
+    WEBSOCKET, b"Upgrade: websocket\r\nConnection: Upgrade\r\n",
+], ids=["valid", "without-a-key"])
+@pytest.mark.parametrize("path", ["/v2/health/ready", "/v2/models/mlp/infer", "/nowhere"])
+def test_a_websocket_upgrade_is_a_403_and_the_connection_closes(
+    daemon: Daemon, client: httpx.Client, handshake: bytes, path: str
+) -> None:
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: snooze\r\n%s\r\n" % (path.encode(), handshake))
+        status, headers, body = read_response(sock)
+        assert (status, body) == (403, b"")
+        assert headers["connection"] == "close"
+        assert closed_by_server(sock)
+    assert client.get("/v2/health/ready").status_code == 200
+
+
+def test_a_request_pipelined_before_a_websocket_upgrade_is_answered_first(daemon: Daemon) -> None:
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as sock:
+        sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: snooze\r\n\r\n"
+                     b"GET /v2/health/ready HTTP/1.1\r\nHost: snooze\r\n%s\r\n" % WEBSOCKET)
+        assert read_response(sock)[::2] == (200, b'{"ready":true}')
+        assert read_response(sock)[::2] == (403, b"")
+        assert closed_by_server(sock)
 
 
 def test_repository_load_and_unload_take_the_optional_version_segment(

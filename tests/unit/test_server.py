@@ -48,12 +48,13 @@ def test_auth_on_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
 # cryptography), a text or torch model, a model added by path (the Hub package), ModelMesh,
 # the first GET /openapi.json, the first scrape of /metrics, an ONNX model's first load
 # (onnxruntime: the preload begins after server_started), the first /admin/status (psutil);
-# `snooze monitor` and `snooze pull`. FastAPI is not used at all.
+# `snooze monitor` and `snooze pull`. FastAPI is not used at all, nor websockets (a WebSocket
+# upgrade is refused by api/http/websocket_refusal.py).
 LAZY = ("jwt", "cryptography", "transformers", "torch", "tokenizers", "textual",
         "huggingface_hub", "tomlkit", "fastapi", "prometheus_client", "snoozeml.hub",
         "snoozeml.auth.tokens", "snoozeml.api.grpc.modelmesh", "snoozeml.engine.modelmesh",
         "snoozeml.api.openapi.document", "onnxruntime", "snoozeml.runtime.onnx.sessions",
-        "psutil")
+        "psutil", "websockets", "wsproto")
 # What every start needs: the check sees the daemon's modules, not an empty interpreter.
 NEEDED = ("uvicorn", "grpc", "snoozeml.server", "snoozeml.api.http.rest",
           "snoozeml.runtime.onnx.backend")

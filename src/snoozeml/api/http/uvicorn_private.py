@@ -80,7 +80,8 @@ def installed() -> dict[str, object]:
     """One real object of each class in REQUIRED, built as the daemon builds them (a protocol
     as at a request's first byte, when `url` and `headers` exist). Raises TypeError when a
     constructor no longer takes what the daemon passes."""
-    config = uvicorn.Config(_no_app, lifespan="off", log_config=None)
+    # ws: not "auto", which imports the websockets package (the daemon gives its own protocol).
+    config = uvicorn.Config(_no_app, lifespan="off", ws="none", log_config=None)
     server_state = ServerState()
     loop = asyncio.new_event_loop()
     try:
