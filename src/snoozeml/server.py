@@ -32,6 +32,7 @@ from snoozeml.engine.events import EventBus
 from snoozeml.engine.observe.log_lines import subscribe_logs
 from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.service import InferenceService
+from snoozeml.heap import resume_collection
 from snoozeml.logs import log_event
 
 
@@ -220,6 +221,8 @@ class Daemon:
                   **({"modelmesh_port": self.modelmesh_port or 0} if self._mesh else {}))
         _warn_if_open(self.auth, server.host)
         self.started.set()
+        # What the start built lives as long as the process: no collection walks it again.
+        resume_collection(freeze=True)
         self.manager.start_preloads()
 
     async def _stop(self, sock: socket.socket) -> None:

@@ -7,7 +7,7 @@ import json
 import logging
 import subprocess
 import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 from onnx_models import write_mlp
@@ -59,19 +59,26 @@ LAZY = ("jwt", "cryptography", "transformers", "torch", "tokenizers", "textual",
 NEEDED = ("uvicorn", "grpc", "snoozeml.server", "snoozeml.api.http.rest",
           "snoozeml.runtime.onnx.backend")
 
-# `snooze serve` in this interpreter; at server_started, the modules loaded so far are noted
-# and SIGTERM ends the daemon as usual.
+# `snooze serve` in this interpreter; at server_started, the modules loaded so far and the
+# cyclic GC's state are noted and SIGTERM ends the daemon as usual; the GC's state is noted
+# again when the daemon hears the signal.
 AT_START = """
-import json, logging, os, signal, sys
+import gc, json, logging, os, signal, sys
 from snoozeml.cli.main import main
 
 noted = {}
+
+def collector():
+    return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
 
 class AtStart(logging.Handler):
     def emit(self, record):
         if record.getMessage().startswith("server_started") and not noted:
             noted["loaded"] = sorted(m for m in sys.argv[2].split(",") if m in sys.modules)
+            noted["gc_at_start"] = collector()
             os.kill(os.getpid(), signal.SIGTERM)
+        elif record.getMessage().startswith("shutdown_requested"):
+            noted["gc_after_start"] = collector()
 
 logging.getLogger("snoozeml").addHandler(AtStart())
 code = main(["serve", "-c", sys.argv[1], "--host", "127.0.0.1", "--http-port", "0",
@@ -80,19 +87,37 @@ print(json.dumps({"code": code, **noted}))
 """
 
 
-def test_a_start_without_auth_text_torch_or_modelmesh_imports_none_of_them(
-    tmp_path: Path,
-) -> None:
-    write_mlp(tmp_path / "a.onnx")
-    write_mlp(tmp_path / "b.onnx")
-    config = tmp_path / "models.toml"
+@pytest.fixture(scope="module")
+def start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What `AT_START` noted of a start with two ONNX models, no auth, text, torch or
+    ModelMesh (the second model preloads, after server_started)."""
+    folder = tmp_path_factory.mktemp("start")
+    write_mlp(folder / "a.onnx")
+    write_mlp(folder / "b.onnx")
+    config = folder / "models.toml"
     config.write_text('[[models]]\nname = "a"\npath = "a.onnx"\n\n'
                       '[[models]]\nname = "b"\npath = "b.onnx"\npreload = true\n')
     result = subprocess.run(
         [sys.executable, "-c", AT_START, str(config), ",".join((*LAZY, *NEEDED))],
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    outcome = json.loads(result.stdout.splitlines()[-1])
+    outcome: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
     assert outcome["code"] == 0, result.stderr
-    assert [m for m in outcome["loaded"] if m in LAZY] == []
-    assert [m for m in NEEDED if m not in outcome["loaded"]] == []
+    return outcome
+
+
+def test_a_start_without_auth_text_torch_or_modelmesh_imports_none_of_them(
+    start: dict[str, Any],
+) -> None:
+    assert [m for m in start["loaded"] if m in LAZY] == []
+    assert [m for m in NEEDED if m not in start["loaded"]] == []
+
+
+def test_a_start_runs_without_the_cyclic_gc_then_freezes_what_it_built(
+    start: dict[str, Any],
+) -> None:
+    assert start["gc_at_start"] == {"enabled": False, "frozen": 0}
+    # Resumed as the listeners start: the modules, classes and servers (tens of thousands of
+    # objects) are out of every later collection.
+    assert start["gc_after_start"]["enabled"] is True
+    assert start["gc_after_start"]["frozen"] > 10_000

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from snoozeml import __version__
+from snoozeml.heap import pause_collection, resume_collection
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,11 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The commands' modules load with the cyclic GC off (snoozeml/heap.py); `serve` keeps it off
+    # until the daemon has started (server.py resumes it), every other command resumes it now.
+    pause_collection()
     try:
         args = build_parser().parse_args(argv)
+        if not getattr(args, "starts_daemon", False):
+            resume_collection(freeze=False)
         code: int = args.handler(args)
     except KeyboardInterrupt:
         return 130
+    finally:
+        resume_collection(freeze=False)
     return code
 
 

@@ -46,7 +46,8 @@ def register(commands: Any) -> None:
                         help="also serve the model at PATH (an .onnx file, a folder holding "
                         "one, or a safetensors model folder) as NAME; repeatable. Without a "
                         "config file, the server's defaults apply")
-    parser.set_defaults(handler=run)
+    # The cyclic GC stays paused until the daemon has started (cli/main.py, server.py).
+    parser.set_defaults(handler=run, starts_daemon=True)
 
 
 def _model_arg(text: str) -> tuple[str, Path]:
