@@ -18,13 +18,23 @@ from typing import Any, cast
 
 
 def _glibc(function: str, *argtypes: Any) -> Callable[..., int] | None:
-    """A glibc function, or None where the C library is not glibc (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
+    """A glibc function, or None where the C library is not glibc (musl, macOS). glibc is
+    opened by its soname, what ctypes.util.find_library("c") finds for it: find_library runs
+    `ldconfig -p` in a child process (a few milliseconds, twice a start), so it is asked only
+    where there is no libc.so.6."""
     try:
-        found = getattr(ctypes.CDLL(name), function)
-    except (OSError, AttributeError):
+        library = ctypes.CDLL("libc.so.6")
+    except OSError:
+        name = ctypes.util.find_library("c")
+        if not name:
+            return None
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            return None
+    try:
+        found = getattr(library, function)
+    except AttributeError:
         return None
     found.argtypes = list(argtypes)
     found.restype = ctypes.c_int

@@ -1,14 +1,28 @@
-"""The cyclic GC's start-up pause (snoozeml/heap.py): off until resumed, frozen only when the
+"""snoozeml/heap.py: glibc's functions are the ones ctypes.util.find_library finds (without
+its child process); the cyclic GC's start-up pause: off until resumed, frozen only when the
 daemon says so, and a collector someone else turned off is left off."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 from collections.abc import Iterator
 
 import pytest
 
-from snoozeml.heap import pause_collection, resume_collection
+from snoozeml.heap import _glibc, pause_collection, resume_collection
+
+
+def address(function: object) -> int | None:
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
+@pytest.mark.parametrize("name", ["malloc_trim", "mallopt"])
+def test_glibcs_functions_are_those_find_library_finds(name: str) -> None:
+    library = ctypes.util.find_library("c")
+    expected = getattr(ctypes.CDLL(library), name, None) if library else None
+    assert address(_glibc(name)) == address(expected)
 
 
 @pytest.fixture(autouse=True)

@@ -59,11 +59,19 @@ LAZY = ("jwt", "cryptography", "transformers", "torch", "tokenizers", "textual",
 NEEDED = ("uvicorn", "grpc", "snoozeml.server", "snoozeml.api.http.rest",
           "snoozeml.runtime.onnx.backend")
 
-# `snooze serve` in this interpreter; at server_started, the modules loaded so far and the
-# cyclic GC's state are noted and SIGTERM ends the daemon as usual; the GC's state is noted
-# again when the daemon hears the signal.
+# `snooze serve` in this interpreter; at server_started, the modules loaded so far, the
+# processes started so far and the cyclic GC's state are noted and SIGTERM ends the daemon as
+# usual; the GC's state is noted again when the daemon hears the signal.
 AT_START = """
 import gc, json, logging, os, signal, sys
+
+spawned = []
+
+def spawns(event, args):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system"):
+        spawned.append(repr(args)[:200])
+
+sys.addaudithook(spawns)
 from snoozeml.cli.main import main
 
 noted = {}
@@ -76,6 +84,7 @@ class AtStart(logging.Handler):
         if record.getMessage().startswith("server_started") and not noted:
             noted["loaded"] = sorted(m for m in sys.argv[2].split(",") if m in sys.modules)
             noted["gc_at_start"] = collector()
+            noted["spawned"] = list(spawned)
             os.kill(os.getpid(), signal.SIGTERM)
         elif record.getMessage().startswith("shutdown_requested"):
             noted["gc_after_start"] = collector()
@@ -111,6 +120,11 @@ def test_a_start_without_auth_text_torch_or_modelmesh_imports_none_of_them(
 ) -> None:
     assert [m for m in start["loaded"] if m in LAZY] == []
     assert [m for m in NEEDED if m not in start["loaded"]] == []
+
+
+def test_a_start_runs_no_other_process(start: dict[str, Any]) -> None:
+    # ctypes.util.find_library runs `ldconfig -p`; snoozeml/heap.py opens glibc by its soname.
+    assert start["spawned"] == []
 
 
 def test_a_start_runs_without_the_cyclic_gc_then_freezes_what_it_built(
