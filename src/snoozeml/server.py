@@ -242,7 +242,7 @@ class Daemon:
         the port cannot be had). Its modules are imported here: without `modelmesh_port`
         they cost nothing."""
         from snoozeml.api.grpc.modelmesh import create_modelmesh_server
-        from snoozeml.engine.modelmesh import MeshRuntime
+        from snoozeml.engine.added.modelmesh import MeshRuntime
 
         server = self.config.server
         port = server.modelmesh_port or 0

@@ -1,5 +1,6 @@
 """A real ModelManager with no configured models and an MLP on disk, and the AddedModels over
-it: where the tests of engine/added.py and engine/modelmesh.py run their scenarios, step by
+it: where the tests of engine/added/models.py and engine/added/modelmesh.py run their scenarios,
+step by
 step on one event loop."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 from onnx_models import write_mlp
 
 from snoozeml.config.settings import parse_config
-from snoozeml.engine.added import AddedModels
+from snoozeml.engine.added.models import AddedModels
 from snoozeml.engine.registry import ModelManager
 
 T = TypeVar("T")

@@ -52,7 +52,7 @@ def test_auth_on_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
 # upgrade is refused by api/http/websocket_refusal.py).
 LAZY = ("jwt", "cryptography", "transformers", "torch", "tokenizers", "textual",
         "huggingface_hub", "tomlkit", "fastapi", "prometheus_client", "snoozeml.hub",
-        "snoozeml.auth.tokens", "snoozeml.api.grpc.modelmesh", "snoozeml.engine.modelmesh",
+        "snoozeml.auth.tokens", "snoozeml.api.grpc.modelmesh", "snoozeml.engine.added.modelmesh",
         "snoozeml.api.openapi.document", "onnxruntime", "snoozeml.runtime.onnx.sessions",
         "psutil", "websockets", "wsproto")
 # What every start needs: the check sees the daemon's modules, not an empty interpreter.

@@ -1,7 +1,8 @@
 """One tensor codec: Open Inference Protocol tensors (JSON and binary) <-> numpy arrays.
 
 Decoding checks what can be checked without the model (known datatype, shape well formed,
-element count, data of the right kind); engine/validate.py checks the rest against the model.
+element count, data of the right kind); engine/requests/validate.py checks the rest against the
+model.
 Every problem is an InvalidInput naming the tensor.
 """
 
@@ -16,8 +17,8 @@ import orjson
 
 from snoozeml.api.binary import array_to_raw, raw_to_array
 from snoozeml.datatypes import OIP_TO_NUMPY
-from snoozeml.engine.classification import PARAMETER, class_count
-from snoozeml.engine.request import (
+from snoozeml.engine.requests.classification import PARAMETER, class_count
+from snoozeml.engine.requests.request import (
     InferInput,
     InferRequest,
     InferResponse,

@@ -1,7 +1,8 @@
 """The registry of models: building them, finding them, preloading at start (and starting the
 autoscaler) and unloading everything at shutdown.
 
-Models come from models.toml, or are added at run time (engine/added.py: ModelMesh's loadModel,
+Models come from models.toml, or are added at run time (engine/added/models.py: ModelMesh's
+loadModel,
 the repository extension's load by path) and removed again, with the same lifecycle, batching,
 memory admission, metrics and status. A model being removed leaves `models` at once (no new
 request finds it) but its memory is counted until its unload has finished.

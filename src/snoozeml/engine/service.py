@@ -10,9 +10,8 @@ from typing import Any
 
 from snoozeml import SERVER_NAME, __version__
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.added import CONFIG, AddedModels
+from snoozeml.engine.added.models import CONFIG, AddedModels
 from snoozeml.engine.capabilities import Capabilities, CapabilityReader, EmbeddingSettings
-from snoozeml.engine.classification import classified
 from snoozeml.engine.events import Draining, EventBus, InferenceFailed, InferenceStarted
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.model import Model
@@ -29,8 +28,9 @@ from snoozeml.engine.observe.snapshots import (
 from snoozeml.engine.observe.triton_statistics import ModelStatistics, Statistics
 from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.replicas.replica import ReplicaState
-from snoozeml.engine.request import InferOutput, InferRequest, InferResponse
-from snoozeml.engine.validate import check_request
+from snoozeml.engine.requests.classification import classified
+from snoozeml.engine.requests.request import InferOutput, InferRequest, InferResponse
+from snoozeml.engine.requests.validate import check_request
 from snoozeml.errors import InvalidInput, ShuttingDown
 
 EXTENSIONS = ("binary_tensor_data", "classification", "model_repository", "statistics")

@@ -1,5 +1,5 @@
 """Class labels for a model's outputs, which the classification extension names each class
-with (engine/classification.py). Found once per load, from one of three places:
+with (engine/requests/classification.py). Found once per load, from one of three places:
 
 1. the entry's `labels` file: one label per line, in class order. It goes to the numeric
    outputs with as many classes (an output of shape [N, C] has C classes per row, [C] has C),
@@ -28,7 +28,7 @@ from snoozeml.runtime.base import Arrays, Instance
 from snoozeml.runtime.text.settings import read_json
 
 Labels = dict[str, tuple[str, ...]]  # output name -> its classes' labels, by index
-# The datatypes with scores to rank (engine/classification.py refuses the others).
+# The datatypes with scores to rank (engine/requests/classification.py refuses the others).
 _NOT_NUMERIC = frozenset({"BOOL", "BYTES"})
 
 

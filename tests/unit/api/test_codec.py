@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from snoozeml.api.codec import decode_json_request, encode_http_response
-from snoozeml.engine.request import InferOutput, InferResponse
+from snoozeml.engine.requests.request import InferOutput, InferResponse
 from snoozeml.errors import InvalidInput
 
 

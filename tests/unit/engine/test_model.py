@@ -20,7 +20,7 @@ from snoozeml.engine.events import EngineEvent, EventBus, InferenceStarted, Unlo
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.model import Model
 from snoozeml.engine.registry import ModelManager
-from snoozeml.engine.request import InferInput, InferRequest
+from snoozeml.engine.requests.request import InferInput, InferRequest
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput
 

@@ -18,7 +18,7 @@ from snoozeml.api.codec import (
     requested_output,
 )
 from snoozeml.datatypes import OIP_TO_NUMPY, TensorSpec
-from snoozeml.engine.request import (
+from snoozeml.engine.requests.request import (
     InferInput,
     InferRequest,
     InferResponse,

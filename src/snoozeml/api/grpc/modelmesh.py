@@ -1,6 +1,6 @@
 """gRPC transport of KServe ModelMesh's model-runtime SPI (`mmesh.ModelRuntime`, from
 proto/model_runtime.proto) on `[server] modelmesh_port`: each RPC decodes, calls the engine's
-MeshRuntime (engine/modelmesh.py) and encodes, inside the shared request boundary (its logs,
+MeshRuntime (engine/added/modelmesh.py) and encodes, inside the shared request boundary (its logs,
 metrics and error codes). ModelMesh sends no credentials: the port's address is its guard.
 
 Inference for the models it loads arrives on the OIP gRPC port, routed by `mm-model-id`
@@ -20,7 +20,7 @@ from snoozeml.api.boundary import RequestBoundary
 from snoozeml.api.grpc.server import ParsedInBoundary, limit_options
 from snoozeml.api.grpc.service import Handler, rpc
 from snoozeml.config.settings import ServerConfig
-from snoozeml.engine.modelmesh import MeshRuntime
+from snoozeml.engine.added.modelmesh import MeshRuntime
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import ShuttingDown
 from snoozeml.operations import Operation

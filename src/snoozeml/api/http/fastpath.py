@@ -26,7 +26,7 @@ from snoozeml.api.codec import (
 )
 from snoozeml.api.http.body import ClientGone, Message, Receive, Scope, credentials, header
 from snoozeml.api.http.exchange import InferExchange
-from snoozeml.engine.request import InferRequest, InferResponse
+from snoozeml.engine.requests.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput, ShuttingDown, describe_exception
 from snoozeml.logs import log_event

@@ -32,7 +32,7 @@ from snoozeml.api.http.pieces import infer_pieces, piece_rows
 from snoozeml.api.http.rerank import reranks
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.capabilities import TEXT, TOKEN_COUNT, Capabilities
-from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
+from snoozeml.engine.requests.request import InferInput, InferRequest, RequestedOutput
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput, ModelNotFound
 from snoozeml.operations import Operation

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from snoozeml.engine.request import InferRequest, InferResponse
+from snoozeml.engine.requests.request import InferRequest, InferResponse
 from snoozeml.engine.service import InferenceService
 
 MAX_PIECES = 64

@@ -44,7 +44,7 @@ from snoozeml.api.http.rerank_shapes import (
 )
 from snoozeml.datatypes import ModelMetadata
 from snoozeml.engine.capabilities import TEXT, TEXT_PAIR, TOKEN_COUNT, Capabilities
-from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
+from snoozeml.engine.requests.request import InferInput, InferRequest, RequestedOutput
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import ModelNotFound
 from snoozeml.operations import Operation

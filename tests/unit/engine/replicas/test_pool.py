@@ -29,7 +29,7 @@ from snoozeml.engine.events import (
 )
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.registry import ModelManager
-from snoozeml.engine.request import InferInput, InferRequest
+from snoozeml.engine.requests.request import InferInput, InferRequest
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import MemoryExhausted
 from snoozeml.runtime.onnx.backend import OnnxBackend

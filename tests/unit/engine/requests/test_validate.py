@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from snoozeml.datatypes import ModelMetadata, TensorSpec
-from snoozeml.engine.request import InferInput, InferRequest, RequestedOutput
-from snoozeml.engine.validate import check_request
+from snoozeml.engine.requests.request import InferInput, InferRequest, RequestedOutput
+from snoozeml.engine.requests.validate import check_request
 from snoozeml.errors import InvalidInput
 
 META = ModelMetadata(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.classification import check_classifiable
-from snoozeml.engine.request import InferRequest
+from snoozeml.engine.requests.classification import check_classifiable
+from snoozeml.engine.requests.request import InferRequest
 from snoozeml.errors import InvalidInput
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from snoozeml.datatypes import ModelMetadata, TensorSpec
-from snoozeml.engine.classification import (
+from snoozeml.engine.requests.classification import (
     check_classifiable,
     class_count,
     classified,
     top_classes,
 )
-from snoozeml.engine.request import InferOutput, RequestedOutput
+from snoozeml.engine.requests.request import InferOutput, RequestedOutput
 from snoozeml.errors import InvalidInput
 
 

@@ -23,7 +23,7 @@ class InferInput:
 class RequestedOutput:
     name: str
     parameters: Parameters = field(default_factory=dict)
-    # The classification extension's k (engine/classification.py): the output comes back as
+    # The classification extension's k (engine/requests/classification.py): the output comes back as
     # its k best classes; None: as it is.
     classification: int | None = None
 

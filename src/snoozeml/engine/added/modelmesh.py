@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from snoozeml import __version__
-from snoozeml.engine.added import AddedModels
+from snoozeml.engine.added.models import AddedModels
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.registry import ModelManager
 from snoozeml.errors import InvalidInput, ModelNotFound
@@ -68,7 +68,7 @@ class MeshRuntime:
 
     async def load(self, model_id: str, path: str, model_type: str, model_key: str) -> int:
         """Load the model; its measured size. InvalidInput when nothing was attempted; any
-        other error leaves nothing registered under `model_id` (engine/added.py)."""
+        other error leaves nothing registered under `model_id` (engine/added/models.py)."""
         check_name(model_id)
         kind = kind_of(model_type, model_key)
         _check_path(path)

@@ -1,4 +1,5 @@
-"""ModelMesh's runtime (engine/modelmesh.py) on a real manager with real ONNX models: its status
+"""ModelMesh's runtime (engine/added/modelmesh.py) on a real manager with real ONNX models: its
+status
 is STARTING until the listeners are up and then purges what ModelMesh loaded, a load a purge
 removed fails, it unloads only what it loaded, a load that fails leaves nothing under its id,
 and no request loads a model of ModelMesh's (it places them)."""
@@ -14,11 +15,11 @@ from added_models import run_with_added
 from broken_models import external_missing
 from onnx_models import write_mlp
 
-from snoozeml.engine.added import AddedModels
+from snoozeml.engine.added.modelmesh import MeshRuntime
+from snoozeml.engine.added.models import AddedModels
 from snoozeml.engine.lifecycle import State
-from snoozeml.engine.modelmesh import MeshRuntime
 from snoozeml.engine.registry import ModelManager
-from snoozeml.engine.request import InferInput, InferRequest
+from snoozeml.engine.requests.request import InferInput, InferRequest
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import InvalidInput, MemoryExhausted, ModelLoadFailed, ModelNotFound
 

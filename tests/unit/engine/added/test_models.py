@@ -1,4 +1,4 @@
-"""Models added and removed at run time (engine/added.py), on a real manager with real ONNX
+"""Models added and removed at run time (engine/added/models.py), on a real manager with real ONNX
 models: the orderings a ModelMesh cancel-then-unload may produce, driven step by step on one
 event loop. (ModelMesh's runtime itself: test_modelmesh.py.)"""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from added_models import run_with_added
 
-from snoozeml.engine.added import AddedModels
+from snoozeml.engine.added.models import AddedModels
 from snoozeml.engine.lifecycle import State
 from snoozeml.engine.registry import ModelManager
 from snoozeml.errors import InvalidInput, ModelNotFound

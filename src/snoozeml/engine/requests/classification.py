@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.request import InferOutput, RequestedOutput
+from snoozeml.engine.requests.request import InferOutput, RequestedOutput
 from snoozeml.errors import InvalidInput
 
 PARAMETER = "classification"
