@@ -20,7 +20,7 @@ longest row, exactly as it would be answered alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -220,22 +220,7 @@ class OnnxTextInstance:
         results = self._run(feeds, counts, wanted)
         if len(requests) == 1:
             return [results]
-        total = sum(rows)
-        parts: list[Arrays] = []
-        start = 0
-        for count, length in zip(rows, lengths, strict=True):
-            part: Arrays = {}
-            for name, value in results.items():
-                if value.ndim == 0 or value.shape[0] != total:
-                    raise Unsplittable(f"output {name!r} has shape {list(value.shape)}; a batch "
-                                       f"of {total} rows needs {total} as its first dimension")
-                value = value[start:start + count]
-                if name in self._per_token:
-                    value = value[:, :length]
-                part[name] = np.ascontiguousarray(value)
-            parts.append(part)
-            start += count
-        return parts
+        return split_token_rows(results, rows, lengths, self._per_token)
 
     def _run(self, feeds: Arrays, counts: np.ndarray, wanted: Sequence[str]) -> Arrays:
         """The wanted outputs for the whole batch: the graph's, the pooled embedding, the
@@ -272,10 +257,7 @@ class OnnxTextInstance:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def _empty(self, name: str) -> np.ndarray:
-        spec = self._metadata.output(name)
-        assert spec is not None  # the engine checked the requested outputs
-        dtype = OIP_TO_NUMPY[spec.datatype]
-        return np.zeros((0, *(max(d, 0) for d in spec.shape[1:])), dtype=dtype)
+        return empty_output(self._metadata, name)
 
     def upgrade_bytes(self, rows: int) -> int:
         return self._inner.upgrade_bytes(rows)
@@ -286,6 +268,36 @@ class OnnxTextInstance:
     def close(self) -> None:
         self._inner.close()
         self._tokenizer = None
+
+
+def split_token_rows(results: Arrays, rows: Sequence[int], lengths: Sequence[int],
+                     per_token: Collection[str]) -> list[Arrays]:
+    """A batch's outputs back to its requests, each request's rows in turn; outputs named in
+    `per_token` are cut to the request's own padded length (its rows were padded to the batch's)."""
+    total = sum(rows)
+    parts: list[Arrays] = []
+    start = 0
+    for count, length in zip(rows, lengths, strict=True):
+        part: Arrays = {}
+        for name, value in results.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise Unsplittable(f"output {name!r} has shape {list(value.shape)}; a batch "
+                                   f"of {total} rows needs {total} as its first dimension")
+            value = value[start:start + count]
+            if name in per_token:
+                value = value[:, :length]
+            part[name] = np.ascontiguousarray(value)
+        parts.append(part)
+        start += count
+    return parts
+
+
+def empty_output(metadata: ModelMetadata, name: str) -> np.ndarray:
+    """No rows of output `name`: what a batch of empty requests answers without a run."""
+    spec = metadata.output(name)
+    assert spec is not None  # the engine checked the requested outputs
+    return np.zeros((0, *(max(d, 0) for d in spec.shape[1:])),
+                    dtype=OIP_TO_NUMPY[spec.datatype])
 
 
 def pool(value: np.ndarray, mask: np.ndarray, pooling: Pooling) -> np.ndarray:

@@ -25,8 +25,13 @@ from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.errors import InvalidInput
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Arrays, Instance, Unsplittable
-from snoozeml.runtime.onnx.text import check_token_inputs, token_limits
+from snoozeml.runtime.base import Arrays, Instance
+from snoozeml.runtime.onnx.text import (
+    check_token_inputs,
+    empty_output,
+    split_token_rows,
+    token_limits,
+)
 from snoozeml.runtime.stacking import merge_inputs
 from snoozeml.runtime.text.logits import LOGITS, check_logits, probe_blocking
 from snoozeml.runtime.text.pairs import TextPairs
@@ -165,28 +170,10 @@ class OnnxTextClassifier:
         return results
 
     def _split(self, results: Arrays, rows: Sequence[int], lengths: Sequence[int]) -> list[Arrays]:
-        total = sum(rows)
-        parts: list[Arrays] = []
-        start = 0
-        for count, length in zip(rows, lengths, strict=True):
-            part: Arrays = {}
-            for name, value in results.items():
-                if value.ndim == 0 or value.shape[0] != total:
-                    raise Unsplittable(f"output {name!r} has shape {list(value.shape)}; a batch "
-                                       f"of {total} rows needs {total} as its first dimension")
-                value = value[start:start + count]
-                if name in self._per_token:
-                    value = value[:, :length]
-                part[name] = np.ascontiguousarray(value)
-            parts.append(part)
-            start += count
-        return parts
+        return split_token_rows(results, rows, lengths, self._per_token)
 
     def _empty(self, name: str) -> np.ndarray:
-        spec = self._metadata.output(name)
-        assert spec is not None  # the engine checked the requested outputs
-        return np.zeros((0, *(max(d, 0) for d in spec.shape[1:])),
-                        dtype=OIP_TO_NUMPY[spec.datatype])
+        return empty_output(self._metadata, name)
 
     def upgrade_bytes(self, rows: int) -> int:
         return self._inner.upgrade_bytes(rows)
