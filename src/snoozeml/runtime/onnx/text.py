@@ -20,7 +20,7 @@ longest row, exactly as it would be answered alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -193,11 +193,7 @@ class OnnxTextInstance:
         if TEXT in inputs:
             check_text(inputs, self._lengths)
             return
-        check_token_ids(inputs, self._limits)
-        types = self._graph_inputs.get("token_type_ids")
-        if types is not None and "token_type_ids" not in inputs:
-            inputs["token_type_ids"] = np.zeros(inputs["input_ids"].shape, dtype=types)
-        self._inner.validate_inputs(inputs)
+        check_token_feeds(inputs, self._limits, self._graph_inputs, self._inner)
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
         return self.run_batch_blocking([inputs], outputs)[0]
@@ -268,6 +264,17 @@ class OnnxTextInstance:
     def close(self) -> None:
         self._inner.close()
         self._tokenizer = None
+
+
+def check_token_feeds(inputs: Arrays, limits: TokenLimits, graph_inputs: Mapping[str, Any],
+                      inner: Instance) -> None:
+    """Token ids as a request sends them: shapes that agree, ids the model has, and
+    `token_type_ids` filled with zeros when the graph takes them and the request left them out."""
+    check_token_ids(inputs, limits)
+    types = graph_inputs.get("token_type_ids")
+    if types is not None and "token_type_ids" not in inputs:
+        inputs["token_type_ids"] = np.zeros(inputs["input_ids"].shape, dtype=types)
+    inner.validate_inputs(inputs)
 
 
 def split_token_rows(results: Arrays, rows: Sequence[int], lengths: Sequence[int],

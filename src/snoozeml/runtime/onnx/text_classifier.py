@@ -27,6 +27,7 @@ from snoozeml.errors import InvalidInput
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays, Instance
 from snoozeml.runtime.onnx.text import (
+    check_token_feeds,
     check_token_inputs,
     empty_output,
     split_token_rows,
@@ -42,7 +43,6 @@ from snoozeml.runtime.text.tokenizer import (
     LengthCheck,
     TokenLimits,
     check_text,
-    check_token_ids,
     load_tokenizer,
     tokenize,
 )
@@ -124,11 +124,7 @@ class OnnxTextClassifier:
             return
         if TEXT_PAIR in inputs:
             raise InvalidInput("input 'text_pair' goes with 'text', one pair per row")
-        check_token_ids(inputs, self._limits)
-        types = self._graph_inputs.get("token_type_ids")
-        if types is not None and "token_type_ids" not in inputs:
-            inputs["token_type_ids"] = np.zeros(inputs["input_ids"].shape, dtype=types)
-        self._inner.validate_inputs(inputs)
+        check_token_feeds(inputs, self._limits, self._graph_inputs, self._inner)
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
         return self.run_batch_blocking([inputs], outputs)[0]
