@@ -29,6 +29,7 @@ from pydantic import (
 from snoozeml.config.auth import AuthConfig, check_auth, resolve_paths
 from snoozeml.config.checks import MODEL_NAME, check_models, check_ports
 from snoozeml.config.env import apply_env
+from snoozeml.config.image import ImageConfig
 from snoozeml.config.lines import describe, dotted, index_lines, line_of, problem_line
 from snoozeml.errors import ConfigError
 from snoozeml.units import parse_duration, parse_size
@@ -192,6 +193,8 @@ class ModelConfig(_Section):
     module: Annotated[StrictStr, BeforeValidator(_factory_target)] | None = None
     # One class label per line, for the classification extension (runtime/labels.py).
     labels: Annotated[Path, BeforeValidator(_non_empty_path)] | None = None
+    # Encoded images as an `image` input (config/image.py, runtime/image/).
+    image: ImageConfig | None = None
     inputs: list[TensorConfig] = []
     outputs: list[TensorConfig] = []
     batching: BatchingConfig = BatchingConfig()
