@@ -60,6 +60,15 @@ from scenarios.embeddings.runs import CEILINGS, CeilingRun, Run, Servers, ceilin
 from scenarios.minilm import MINILM
 
 
+def batching_entry(args: argparse.Namespace) -> dict[str, Any]:
+    """The entry's [batching] table from --max-batch-size and --max-batch-tokens (nothing when
+    both are left out: the defaults)."""
+    table = {key: value for key, value in (("max_batch_size", args.max_batch_size),
+                                            ("max_batch_tokens", args.max_batch_tokens))
+             if value is not None}
+    return {"batching": table} if table else {}
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=32,
                         help="sentences per request in the batch shape (32)")
@@ -78,6 +87,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--install-timeout", type=float, default=600.0,
                         help="seconds the infinity install may take (600)")
     parser.add_argument("--no-infinity", action="store_true", help="leave infinity out")
+    parser.add_argument("--max-batch-size", type=int, default=None,
+                        help="the model's batching.max_batch_size (the default when left out)")
+    parser.add_argument("--max-batch-tokens", type=int, default=None,
+                        help="the model's batching.max_batch_tokens (the default when left out)")
 
 
 def start_infinity(bench: Bench, setup: InfinitySetup) -> Infinity | None:
@@ -167,7 +180,8 @@ def run(bench: Bench) -> Outcome:
                       infinity_version(setup.executable) if setup.executable else "", True, {})
     config = write_config(bench.workdir / "models.toml", [{
         "name": MODEL, "path": str(MINILM), "format": "torch", "task": "feature-extraction",
-        "tokenize": True, "device": "cpu", "preload": True, "intra_op_threads": args.threads}],
+        "tokenize": True, "device": "cpu", "preload": True, "intra_op_threads": args.threads,
+        **batching_entry(args)}],
         server={"idle_timeout": "never"})
     with bench.serve(config, [MODEL], timeout_s=120.0) as daemon:
         runs, ceilings = serve_and_measure(bench, daemon, setup, sentences, st_model, expected,

@@ -63,8 +63,10 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
         f"`one`: 1 sentence per request at c{args.concurrency[0]}; `batch`: {args.batch} "
         f"sentences per request at c{args.batch_concurrency}",
         f"SnoozeML: `format = \"torch\"`, `task = \"feature-extraction\"`, `tokenize = true`, "
-        f"`intra_op_threads = {args.threads}`, batching at the defaults (32 rows, "
-        "`max_delay = 0`), preloaded, pinned"
+        f"`intra_op_threads = {args.threads}`, batching "
+        + (f"`max_batch_size = {args.max_batch_size or 'default'}`, `max_batch_tokens = "
+           f"{args.max_batch_tokens or 'default'}`" if args.max_batch_size or args.max_batch_tokens
+           else "at the defaults") + " (`max_delay = 0`), preloaded, pinned"
         + ("" if setting.v1 else "; **/v1/embeddings was not served by this tree (404): its "
            "rows are missing**"),
         f"infinity: {infinity.note}"

@@ -373,3 +373,20 @@ def test_a_wrong_server_metrics_key_is_a_problem_naming_key_and_line(tmp_path: P
     problems = "\n".join(info.value.problems)
     assert "models.toml:2: server.metrics.per_model" in problems
     assert "models.toml:3: server.metrics.scrape" in problems
+
+
+def test_a_model_that_tokenizes_batches_128_rows_unless_its_entry_says() -> None:
+    from snoozeml.config.settings import TEXT_MAX_BATCH_SIZE, ModelConfig
+
+    text = ModelConfig.model_validate({"name": "t", "path": "m", "tokenize": True,
+                                       "batching": {"max_delay": "1ms"}})
+    chosen = ModelConfig.model_validate({"name": "t", "path": "m", "tokenize": True,
+                                         "batching": {"max_batch_size": 8,
+                                                      "max_batch_tokens": 64}})
+    plain = ModelConfig.model_validate({"name": "p", "path": "m"})
+
+    assert (text.batching.max_batch_size, text.batching.max_delay) == (TEXT_MAX_BATCH_SIZE, 0.001)
+    assert TEXT_MAX_BATCH_SIZE == 128
+    assert text.batching.max_batch_tokens is None
+    assert (chosen.batching.max_batch_size, chosen.batching.max_batch_tokens) == (8, 64)
+    assert plain.batching.max_batch_size == 32

@@ -42,6 +42,7 @@ from snoozeml.runtime.onnx.instance import OnnxInstance
 from snoozeml.runtime.onnx.mapped import MappedWeights
 from snoozeml.runtime.onnx.text import load_text_blocking
 from snoozeml.runtime.onnx.text_classifier import load_text_classifier_blocking
+from snoozeml.runtime.text.by_length import default_budget
 from snoozeml.runtime.text.settings import text_task
 
 # A mapped load's peak beyond its measured size, besides its graph: onnxruntime's own session
@@ -147,9 +148,11 @@ class OnnxSessions:
 
     def load_blocking(self, spec: ModelConfig) -> Instance:
         if spec.tokenize and text_task(spec) == "text-classification":
-            return load_text_classifier_blocking(spec, lambda: self._load_graph_blocking(spec))
+            return load_text_classifier_blocking(spec, lambda: self._load_graph_blocking(spec),
+                                                 _token_budget(spec))
         if spec.tokenize:
-            return load_text_blocking(spec, lambda: self._load_graph_blocking(spec))
+            return load_text_blocking(spec, lambda: self._load_graph_blocking(spec),
+                                      _token_budget(spec))
         return self._load_graph_blocking(spec)
 
     def _load_graph_blocking(self, spec: ModelConfig) -> OnnxInstance:
@@ -187,6 +190,16 @@ class OnnxSessions:
             return find_blocking(self._cache_dir, spec.path)
         except (CacheError, OSError):
             return None  # the default load; the entry is written after it (background)
+
+
+def _token_budget(spec: ModelConfig) -> int:
+    """Padded tokens per run of a text model's sorted rows: the entry's, else the default for
+    where its graph runs (runtime/text/by_length.py)."""
+    if spec.batching.max_batch_tokens is not None:
+        return spec.batching.max_batch_tokens
+    on_cpu = _cpu_only(providers_for(spec.device, spec.tensorrt, ort.get_available_providers(),
+                                     warn=False))
+    return default_budget("cpu" if on_cpu else "cuda")
 
 
 def _cpu_only(providers: Sequence[object]) -> bool:

@@ -31,6 +31,7 @@ from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays, Instance, Unsplittable
 from snoozeml.runtime.stacking import merge_inputs
+from snoozeml.runtime.text.by_length import run_by_length
 from snoozeml.runtime.text.settings import (
     Pooling,
     TextSettings,
@@ -114,9 +115,11 @@ def _shown(specs: Sequence[TensorSpec]) -> str:
     return ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in specs) or "nothing"
 
 
-def load_text_blocking(spec: ModelConfig, load: Callable[[], Instance]) -> OnnxTextInstance:
-    """The graph that `load` makes, taking text. The tokenizer and settings are read first, so
-    a model without a tokenizer fails before its weights are read."""
+def load_text_blocking(spec: ModelConfig, load: Callable[[], Instance],
+                       budget: int | None = None) -> OnnxTextInstance:
+    """The graph that `load` makes, taking text (a batch's texts in runs by length under
+    `budget` padded tokens: runtime/text/by_length.py). The tokenizer and settings are read
+    first, so a model without a tokenizer fails before its weights are read."""
     try:
         settings = text_settings(spec)
     except UnsupportedLayout as exc:
@@ -139,7 +142,7 @@ def load_text_blocking(spec: ModelConfig, load: Callable[[], Instance]) -> OnnxT
         raise
     log_event("text_model", model=spec.name, pooling=plan.pooling, output=plan.source,
               normalize=settings.normalize, max_length=max_length, settings=settings.source)
-    return OnnxTextInstance(inner, tokenizer, settings, max_length, plan, limits)
+    return OnnxTextInstance(inner, tokenizer, settings, max_length, plan, limits, budget)
 
 
 def token_limits(spec: ModelConfig, settings: TextSettings) -> tuple[TokenLimits, int]:
@@ -158,8 +161,10 @@ class OnnxTextInstance:
     """An ONNX instance (`inner`) that also takes `text` and pools an `embedding`."""
 
     def __init__(self, inner: Instance, tokenizer: Any, settings: TextSettings,
-                 max_length: int, plan: GraphPlan, limits: TokenLimits) -> None:
+                 max_length: int, plan: GraphPlan, limits: TokenLimits,
+                 budget: int | None = None) -> None:
         self._inner = inner
+        self._budget = budget
         self._tokenizer = tokenizer
         self._lengths = None if settings.truncate else LengthCheck(tokenizer, max_length)
         self._settings = settings
@@ -201,19 +206,22 @@ class OnnxTextInstance:
     def run_batch_blocking(
         self, requests: Sequence[Arrays], outputs: Sequence[str] | None
     ) -> list[Arrays]:
-        """One run for every request: text tokenized and padded to the batch's longest row,
-        token ids stacked as they are. Each request gets its own rows back."""
+        """Text tokenized, its rows in runs by length (whole when a token-level output is
+        wanted); token ids stacked as they are, in one run. Each request gets its own rows
+        back."""
         wanted = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
         rows = [_rows(request) for request in requests]
         if TEXT in requests[0]:
             tokenized = tokenize(self._tokenizer, [r[TEXT] for r in requests],
                                  "token_type_ids" in self._graph_inputs)
             feeds, counts, lengths = tokenized.feeds, tokenized.counts, tokenized.lengths
+            budget = None if self._per_token.intersection(wanted) else self._budget
+            results = run_by_length(feeds, counts, budget,
+                                    lambda run: self._run(run, token_counts(run), wanted))
         else:
             feeds = merge_inputs(requests)
-            counts = token_counts(feeds)
             lengths = [int(feeds["input_ids"].shape[1])] * len(requests)
-        results = self._run(feeds, counts, wanted)
+            results = self._run(feeds, token_counts(feeds), wanted)
         if len(requests) == 1:
             return [results]
         return split_token_rows(results, rows, lengths, self._per_token)

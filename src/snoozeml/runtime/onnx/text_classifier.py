@@ -34,6 +34,7 @@ from snoozeml.runtime.onnx.text import (
     token_limits,
 )
 from snoozeml.runtime.stacking import merge_inputs
+from snoozeml.runtime.text.by_length import run_by_length
 from snoozeml.runtime.text.logits import LOGITS, check_logits, probe_blocking
 from snoozeml.runtime.text.pairs import TextPairs
 from snoozeml.runtime.text.settings import text_settings, tokenizer_file
@@ -61,9 +62,10 @@ def check_logits_output(outputs: Sequence[TensorSpec]) -> None:
 
 
 def load_text_classifier_blocking(
-    spec: ModelConfig, load: Callable[[], Instance]
+    spec: ModelConfig, load: Callable[[], Instance], budget: int | None = None
 ) -> OnnxTextClassifier:
-    """The graph that `load` makes, taking text and text pairs. The tokenizer is read first,
+    """The graph that `load` makes, taking text and text pairs (a batch's rows in runs by
+    length under `budget` padded tokens: runtime/text/by_length.py). The tokenizer is read first,
     so a model without one fails before its weights are read; a graph whose logits are not
     finite for a short pair fails the load."""
     settings = text_settings(spec, pooled=False)
@@ -75,7 +77,7 @@ def load_text_classifier_blocking(
     try:
         check_token_inputs(inner.metadata.inputs)
         check_logits_output(inner.metadata.outputs)
-        instance = OnnxTextClassifier(inner, tokenizer, pairs, lengths, limits)
+        instance = OnnxTextClassifier(inner, tokenizer, pairs, lengths, limits, budget)
         probe_blocking(instance)
     except BaseException:
         inner.close()
@@ -89,8 +91,10 @@ class OnnxTextClassifier:
     """An ONNX instance (`inner`) that also takes `text`, and `text_pair` beside it."""
 
     def __init__(self, inner: Instance, tokenizer: Any, pairs: TextPairs,
-                 lengths: LengthCheck | None, limits: TokenLimits) -> None:
+                 lengths: LengthCheck | None, limits: TokenLimits,
+                 budget: int | None = None) -> None:
         self._inner = inner
+        self._budget = budget
         self._tokenizer = tokenizer
         self._pairs = pairs
         self._lengths = lengths
@@ -132,20 +136,22 @@ class OnnxTextClassifier:
     def run_batch_blocking(
         self, requests: Sequence[Arrays], outputs: Sequence[str] | None
     ) -> list[Arrays]:
-        """One run for every request: texts or pairs tokenized and padded to the batch's
-        longest row, token ids stacked as they are. Each request gets its own rows back."""
+        """Texts or pairs tokenized, their rows in runs by length (whole when a token-level
+        output is wanted); token ids stacked as they are, in one run. Each request gets its own
+        rows back."""
         wanted = list(outputs) if outputs else [s.name for s in self._metadata.outputs]
         types = "token_type_ids" in self._graph_inputs
-        if TEXT_PAIR in requests[0]:
-            tokenized = self._pairs.tokenize(requests, types)
+        if TEXT in requests[0]:
+            tokenized = self._pairs.tokenize(requests, types) if TEXT_PAIR in requests[0] \
+                else tokenize(self._tokenizer, [r[TEXT] for r in requests], types)
             feeds, lengths = tokenized.feeds, tokenized.lengths
-        elif TEXT in requests[0]:
-            tokenized = tokenize(self._tokenizer, [r[TEXT] for r in requests], types)
-            feeds, lengths = tokenized.feeds, tokenized.lengths
+            budget = None if self._per_token.intersection(wanted) else self._budget
+            results = run_by_length(feeds, tokenized.counts, budget,
+                                    lambda run: self._run(run, wanted))
         else:
             feeds = merge_inputs(requests)
             lengths = [int(feeds["input_ids"].shape[1])] * len(requests)
-        results = self._run(feeds, wanted)
+            results = self._run(feeds, wanted)
         if len(requests) == 1:
             return [results]
         rows = [int((r[TEXT] if TEXT in r else r["input_ids"]).shape[0]) for r in requests]

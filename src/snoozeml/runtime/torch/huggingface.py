@@ -28,6 +28,7 @@ from snoozeml.errors import InvalidInput
 from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
 from snoozeml.runtime.base import Arrays
+from snoozeml.runtime.text.by_length import default_budget, run_by_length
 from snoozeml.runtime.text.logits import LOGITS, check_logits, probe_blocking
 from snoozeml.runtime.text.pairs import TextPairs
 from snoozeml.runtime.text.settings import (
@@ -41,6 +42,7 @@ from snoozeml.runtime.text.tokenizer import (
     TEXT_PAIR,
     TOKEN_COUNT,
     LengthCheck,
+    Tokenized,
     TokenLimits,
     check_text,
     check_token_ids,
@@ -90,6 +92,8 @@ class HuggingFaceInstance:
         self.name = spec.name
         self.task, cls, config = model_class(folder, spec.task)
         self.device = torch_device(spec.device)
+        # Padded tokens per run of a batch's text rows, sorted by length.
+        self._budget = spec.batching.max_batch_tokens or default_budget(self.device.type)
         model = _load_weights(spec, cls, config)
         self.model = model.to(self.device).eval()
         _page_in(self.model)
@@ -194,6 +198,7 @@ class HuggingFaceInstance:
         """Run several requests as one batch, padded to its longest; each gets its own rows
         back, trimmed to its own token length. Never Unsplittable."""
         counts: np.ndarray | None
+        tokenized: Tokenized | None = None
         if TEXT_PAIR in requests[0] and self._pairs is not None:
             tokenized = self._pairs.tokenize(requests, self._takes_token_types())
             feeds, lengths, counts = tokenized.feeds, tokenized.lengths, tokenized.counts
@@ -215,7 +220,11 @@ class HuggingFaceInstance:
                  for name in wanted}
                 for length in lengths
             ]
-        results = self._forward(feeds)
+        if tokenized is not None and "last_hidden_state" not in wanted:
+            results = run_by_length(feeds, tokenized.counts, self._budget,
+                                    lambda run: self._forward(run, hidden=False))
+        else:
+            results = self._forward(feeds, hidden="last_hidden_state" in wanted)
         if counts is not None and self.task == "feature-extraction":
             results[TOKEN_COUNT] = counts
         parts: list[Arrays] = []
@@ -231,7 +240,9 @@ class HuggingFaceInstance:
             start += count
         return parts
 
-    def _forward(self, feeds: Arrays) -> Arrays:
+    def _forward(self, feeds: Arrays, hidden: bool = True) -> Arrays:
+        """The batch's outputs: logits, or the pooled embedding and (`hidden`) the token
+        vectors."""
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
                    for k, v in feeds.items()}
         with torch.inference_mode():
@@ -241,14 +252,14 @@ class HuggingFaceInstance:
             if self.task == "text-classification":
                 check_logits(logits, self.name)
             return {LOGITS: logits}
-        hidden = out.last_hidden_state
-        pooled = _pool(self.pooling, hidden, tensors.get("attention_mask"), out)
+        states = out.last_hidden_state
+        pooled = _pool(self.pooling, states, tensors.get("attention_mask"), out)
         if self.normalize:
             pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
-        return {
-            "last_hidden_state": hidden.float().cpu().numpy(),
-            "embedding": pooled.float().cpu().numpy(),
-        }
+        results = {"embedding": pooled.float().cpu().numpy()}
+        if hidden:
+            results["last_hidden_state"] = states.float().cpu().numpy()
+        return results
 
     def upgrade_bytes(self, rows: int) -> int:
         return 0  # loaded in its final form: nothing left for later

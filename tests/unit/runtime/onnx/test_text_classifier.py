@@ -180,3 +180,59 @@ def test_a_classifier_loaded_as_an_embedding_model_says_to_set_its_task(tmp_path
     with pytest.raises(RuntimeError, match=re.escape(
             'A text classifier? Set task = "text-classification" in the model\'s entry')):
         OnnxBackend(tmp_path / "cache").load_blocking(spec)
+
+
+def _write_widths(path: Path) -> Path:
+    """logits [rows, 2]: each row's sum of token ids (masked), and the width it was padded to."""
+    nodes = [helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
+             helper.make_node("Cast", ["kept"], ["kept_float"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["kept_float", "axis"], ["ids_sum"], keepdims=1),
+             helper.make_node("GreaterOrEqual", ["input_ids", "zero"], ["every"]),
+             helper.make_node("Cast", ["every"], ["ones"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["ones", "axis"], ["width"], keepdims=1),
+             helper.make_node("Concat", ["ids_sum", "width"], ["logits"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "widths",
+        [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+         for name in INPUTS],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_tensor("axis", TensorProto.INT64, [1], [1]),
+         helper.make_tensor("zero", TensorProto.INT64, [], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    shutil.copy(MINILM / "tokenizer.json", path.parent / "tokenizer.json")
+    return path
+
+
+def test_a_batch_over_max_batch_tokens_runs_its_pairs_sorted_by_length(
+    load: list[Instance], tmp_path: Path
+) -> None:
+    instance = _load(load, tmp_path, _spec(_write_widths(tmp_path / "m" / "model.onnx"),
+                                           task="text-classification",
+                                           batching={"max_batch_tokens": 24}))
+    long = "a long document with many words " * 5
+    first = _pairs(["query", "query", "query"], [long, "a", "two words"])
+    second = _pairs(["another query"], ["three short words"])
+    for request in (first, second):
+        instance.validate_inputs(request)
+
+    together = instance.run_batch_blocking([first, second], None)
+
+    firsts, seconds = [*first["text"], *second["text"]], [*first["text_pair"], *second["text_pair"]]
+    expected = _expected(firsts, seconds)[:, 0]
+    answered = np.concatenate([part["logits"] for part in together])
+    assert answered[:, 0].tolist() == expected.tolist()
+    counts = [int(_count(a, b)) for a, b in zip(firsts, seconds, strict=True)]
+    # Sorted: the three short pairs share a run of their longest (3 x 8 <= 24); the long one
+    # runs alone at max_length, where one padded batch would have put every row.
+    assert counts == [MAX_LENGTH, 5, 6, 8]
+    assert answered[:, 1].tolist() == [MAX_LENGTH, 8, 8, 8]
+
+
+def _count(first: str, second: str) -> int:
+    library = Tokenizer.from_file(str(MINILM / "tokenizer.json"))
+    library.no_padding()
+    library.enable_truncation(max_length=MAX_LENGTH)
+    return len(library.encode(first, second).ids)

@@ -57,3 +57,41 @@ def test_hugging_face_validation_refuses_a_token_id_outside_the_vocabulary(
             instance.validate_inputs({"input_ids": ids, "attention_mask": np.ones_like(ids)})
     finally:
         instance.close()
+
+
+def test_text_rows_over_max_batch_tokens_run_sorted_by_length_and_answer_as_alone(
+    torch_backend: Any,
+) -> None:
+    from torch_models import MINILM, SENTENCES
+
+    spec = ModelConfig.model_validate({
+        "name": "minilm", "path": MINILM, "format": "torch", "device": "cpu",
+        "task": "feature-extraction", "tokenize": True, "batching": {"max_batch_tokens": 64}})
+    instance = torch_backend().load_blocking(spec)
+    widths: list[tuple[int, int]] = []
+    hook = instance.model.register_forward_pre_hook(
+        lambda _, args, kwargs: widths.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True)
+    requests = [{"text": np.array(SENTENCES[:4], dtype=object)},
+                {"text": np.array(SENTENCES[4:], dtype=object)}]
+    try:
+        for request in requests:
+            instance.validate_inputs(request)
+        batched = instance.run_batch_blocking(requests, ["embedding", "token_count"])
+        sorted_runs = list(widths)
+        widths.clear()
+        whole = instance.run_batch_blocking(requests, ["last_hidden_state", "embedding"])
+        whole_runs = list(widths)
+    finally:
+        hook.remove()
+        instance.close()
+
+    counts = np.concatenate([part["token_count"] for part in batched])
+    assert len(sorted_runs) > 1
+    assert sum(rows for rows, _ in sorted_runs) == len(SENTENCES)
+    assert all(rows * width <= 64 or rows == 1 for rows, width in sorted_runs)
+    assert sorted(width for _, width in sorted_runs) == [width for _, width in sorted_runs]
+    # With the token vectors wanted, the batch runs whole, padded to its longest row.
+    assert whole_runs == [(len(SENTENCES), int(counts.max()))]
+    for together, padded in zip(batched, whole, strict=True):
+        np.testing.assert_allclose(together["embedding"], padded["embedding"], atol=1e-5)
