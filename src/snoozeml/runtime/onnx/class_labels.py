@@ -1,8 +1,9 @@
 """The class labels an ONNX-ML classifier carries: `classlabels_strings` (or
 `classlabels_int64s`) of a LinearClassifier, SVMClassifier or TreeEnsembleClassifier node, for
 the graph output its scores (the node's second output) reach, directly or through nodes that
-keep the classes in place (Identity, Cast, Normalizer, Softmax). A ZipMap output is a sequence
-of maps, which SnoozeML does not serve: export such models with `zipmap=False`.
+keep the classes in place (Identity, Cast, Normalizer, Softmax); and for a ZipMap output, its
+`classlabels_*` attribute, which names its columns in order (runtime/onnx/ml_outputs.py serves
+that output as the [N, C] tensor the ZipMap reads).
 
 Read once per load, and only from a file that holds the bytes "classlabels_": onnx (a heavy
 import) parses nothing else.
@@ -47,6 +48,10 @@ def graph_labels(graph: GraphProto) -> dict[str, tuple[str, ...]]:
     outputs = {value.name for value in graph.output}
     found: dict[str, tuple[str, ...]] = {}
     for node in graph.node:
+        if node.domain == ML_DOMAIN and node.op_type == "ZipMap" and node.output and \
+                node.output[0] in outputs and _labels(node):
+            found[node.output[0]] = _labels(node)
+            continue
         if node.domain != ML_DOMAIN or node.op_type not in CLASSIFIERS or len(node.output) < 2:
             continue
         labels = _labels(node)

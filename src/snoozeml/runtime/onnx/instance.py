@@ -18,6 +18,7 @@ from snoozeml.errors import InvalidInput, Unsupported
 from snoozeml.heap import drop_attribute_blocking, release_memory_blocking
 from snoozeml.runtime.base import Arrays, utf8_strings
 from snoozeml.runtime.onnx.mapped import MappedWeights
+from snoozeml.runtime.onnx.ml_outputs import NoTensorForm, no_tensor_form
 from snoozeml.runtime.stacking import run_stacked_blocking
 
 PLATFORM = "onnxruntime_onnx"
@@ -28,10 +29,10 @@ def _dim(value: object) -> int:
     return value if isinstance(value, int) and value >= 0 else -1
 
 
-def _spec(arg: ort.NodeArg) -> TensorSpec:
+def _spec(arg: ort.NodeArg, kind: str) -> TensorSpec:
     datatype = ONNX_TO_OIP.get(arg.type)
     if datatype is None:
-        raise RuntimeError(f"tensor {arg.name!r} has type {arg.type}, which has no OIP datatype")
+        raise NoTensorForm(no_tensor_form(kind, arg.name, arg.type))
     return TensorSpec(arg.name, datatype, tuple(_dim(d) for d in arg.shape))
 
 
@@ -64,8 +65,8 @@ class OnnxInstance:
         self._metadata = ModelMetadata(
             name=name,
             platform=PLATFORM,
-            inputs=tuple(_spec(a) for a in session.get_inputs()),
-            outputs=tuple(_spec(a) for a in session.get_outputs()),
+            inputs=tuple(_spec(a, "input") for a in session.get_inputs()),
+            outputs=tuple(_spec(a, "output") for a in session.get_outputs()),
         )
         self._string_inputs = {s.name for s in self._metadata.inputs if s.datatype == "BYTES"}
         # BF16 travels as uint16 bits; onnxruntime's numpy API has no bfloat16, so such models

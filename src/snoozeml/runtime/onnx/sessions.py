@@ -40,6 +40,7 @@ from snoozeml.runtime.onnx.cache_entry import Entry
 from snoozeml.runtime.onnx.diagnose import diagnose_blocking
 from snoozeml.runtime.onnx.instance import OnnxInstance
 from snoozeml.runtime.onnx.mapped import MappedWeights
+from snoozeml.runtime.onnx.ml_outputs import may_rewrite_blocking, session_blocking
 from snoozeml.runtime.onnx.text import load_text_blocking
 from snoozeml.runtime.onnx.text_classifier import load_text_classifier_blocking
 from snoozeml.runtime.text.by_length import default_budget
@@ -87,7 +88,11 @@ class OnnxSessions:
         """The next load's path and transient bytes. "mapped" when the model has a valid
         entry (read through once per process): its graph beside the weights, and the packed
         copy with prepack "on". Otherwise "default": the protobuf beside the weights, with
-        the entry written afterwards in the background when the cache applies."""
+        the entry written afterwards in the background when the cache applies. "rewritten"
+        for a model with ZipMap outputs (runtime/onnx/ml_outputs.py): its graph is parsed,
+        rewritten and written once more before onnxruntime reads it."""
+        if may_rewrite_blocking(spec.path):
+            return LoadPlan("rewritten", 3 * sizes.transient)
         if not self._maps(spec):
             return LoadPlan("default", sizes.transient)
         assert self._cache_dir is not None
@@ -139,6 +144,7 @@ class OnnxSessions:
 
     def _maps(self, spec: ModelConfig) -> bool:
         return (self._cache_dir is not None and spec.weights_cache
+                and not may_rewrite_blocking(spec.path)
                 and _cpu_only(providers_for(spec.device, spec.tensorrt,
                                             ort.get_available_providers(), warn=False)))
 
@@ -157,6 +163,12 @@ class OnnxSessions:
 
     def _load_graph_blocking(self, spec: ModelConfig) -> OnnxInstance:
         providers = providers_for(spec.device, spec.tensorrt, ort.get_available_providers())
+        if may_rewrite_blocking(spec.path):  # ZipMap outputs, served as tensors
+            rewritten = session_blocking(spec.path, lambda graph: ort.InferenceSession(
+                str(graph), sess_options=_options(spec, spec.prepack != "off"),
+                providers=providers))
+            if rewritten is not None:
+                return OnnxInstance(spec.name, rewritten)
         entry = self._entry_blocking(spec)
         if entry is not None:
             try:
