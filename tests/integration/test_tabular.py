@@ -8,6 +8,9 @@ with a reason that says how to export it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,8 @@ from tabular_models import (
     sklearn_models,
 )
 
+from snoozeml.cli import exit_codes
+from snoozeml.cli.main import main
 from snoozeml.proto import inference_pb2 as pb
 from snoozeml.proto import inference_pb2_grpc as pb_grpc
 
@@ -326,3 +331,41 @@ def test_an_output_with_no_tensor_form_fails_the_model_saying_how_to_export_it(
     assert index_of(client)["multi_output"]["state"] == "FAILED"
     # The daemon serves on.
     assert client.post("/v2/models/logistic/infer", json=json_rows(x)).status_code == 200
+
+
+# --- snooze scan ------------------------------------------------------------------------------
+
+
+def test_snooze_scan_writes_entries_that_serve_and_batch_the_default_exports(
+    module_serve: Any, made: tuple[Path, dict[str, Tabular]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    folder = tmp_path_factory.mktemp("scan-tabular")
+    for name in ("lightgbm", "columns", "multi_output"):
+        (folder / "models").mkdir(exist_ok=True)
+        (folder / "models" / f"{name}.onnx").write_bytes((made[0] / f"{name}.onnx").read_bytes())
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = main(["scan", str(folder / "models"), "--write", str(folder / "scanned.toml")])
+    assert code == exit_codes.OK, printed.getvalue()
+    body = (folder / "scanned.toml").read_text()
+    entries = {m["name"]: m for m in tomllib.loads(body)["models"]}
+    # Both classifiers batch (LightGBM's label output is declared [1], its rows are [N]);
+    # the sequence output is skipped, saying why.
+    assert sorted(entries) == ["columns", "lightgbm"]
+    assert all(entry["batching"]["max_batch_size"] > 1 for entry in entries.values())
+    assert "one model per target" in printed.getvalue()
+
+    daemon = module_serve(body, directory=folder)
+    lightgbm, columns = made[1]["lightgbm"], made[1]["columns"]
+    x, _ = features(rows=20, seed=11)
+    table, _ = frame(rows=20, seed=12)
+    with httpx.Client(base_url=daemon.url, timeout=120) as http:
+        got = http.post("/v2/models/lightgbm/infer", json={"inputs": [
+            {"name": "input", "shape": list(x.shape), "datatype": "FP32",
+             "data": x.ravel().tolist()}]})
+        assert got.status_code == 200, got.text
+        assert_answers(lightgbm, outputs_of(got.json()), x)
+        got = http.post("/v2/models/columns/infer", json={"inputs": column_inputs(table)})
+        assert got.status_code == 200, got.text
+        assert_answers(columns, outputs_of(got.json()), table)

@@ -7,7 +7,8 @@ Two kinds of model are found:
   a dynamic first dimension. With a tokenizer.json beside it (or above it: the Hub's
   `onnx/model.onnx`) and a graph that takes token ids, it takes text: `tokenize = true`, with
   the pooling of its sentence-transformers files, or, for a sequence classifier (a
-  cross-encoder), `task = "text-classification"` (hub/classifiers.py).
+  cross-encoder), `task = "text-classification"` (hub/classifiers.py). ZipMap outputs read as
+  the tensors served (runtime/onnx/ml_outputs.py); an output with no tensor form is skipped.
 - safetensors: a Hugging Face folder (`config.json` plus `*.safetensors` or a sharded index) is
   one torch model, its task read from the config's architectures (a sequence classifier with
   a tokenizer takes text pairs, and reranks with one label); a `.safetensors` file outside
@@ -35,6 +36,7 @@ from snoozeml.hub.classifiers import (
     serves_as,
 )
 from snoozeml.runtime.files import external_data_paths
+from snoozeml.runtime.onnx.ml_outputs import NoTensorForm, served_form
 from snoozeml.runtime.onnx.text import plan_graph
 from snoozeml.runtime.text.settings import (
     DEFAULT_POOLING,
@@ -119,11 +121,12 @@ def scan(path: Path, base_name: str | None = None) -> ScanResult:
     for file in onnx_files:
         try:
             header = _load_onnx_header(file)
+            external.update(external_data_paths(header, file.parent))
+            headers.append((file, served_form(header)))  # ZipMap outputs as tensors
         except NotOnnx as exc:
             skipped.append(Skipped(file, f"not a readable ONNX model ({exc})"))
-            continue
-        headers.append((file, header))
-        external.update(external_data_paths(header, file.parent))
+        except NoTensorForm as exc:  # runtime/onnx/ml_outputs.py: how to export it instead
+            skipped.append(Skipped(file, str(exc)))
     # A file that another model keeps its tensors in is data, not a model, whatever its name.
     found.extend((file, _onnx_model(file, header)) for file, header in headers
                  if file.resolve() not in external)

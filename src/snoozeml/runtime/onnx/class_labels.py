@@ -56,7 +56,7 @@ def graph_labels(graph: GraphProto) -> dict[str, tuple[str, ...]]:
             continue
         labels = _labels(node)
         if labels:
-            found.update((name, labels) for name in _reached(graph, node.output[1])
+            found.update((name, labels) for name in reached(graph, node.output[1])
                          if name in outputs)
     return found
 
@@ -70,7 +70,7 @@ def _labels(node: NodeProto) -> tuple[str, ...]:
     return ()
 
 
-def _reached(graph: GraphProto, start: str) -> Iterator[str]:
+def reached(graph: GraphProto, start: str) -> Iterator[str]:
     """`start` and every value the nodes that keep classes make of it, transitively."""
     seen = {start}
     pending = [start]

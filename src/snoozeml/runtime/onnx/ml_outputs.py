@@ -129,12 +129,43 @@ def tensor_form(model: ModelProto) -> bool:
         if _is_zipmap(node) and any(out.name == node.output[0] for out in graph.output):
             _replace(graph, position, node)
             changed = True
+    if changed:
+        _labels_per_row(graph)
     if changed and not any(item.domain in ("", "ai.onnx") for item in model.opset_import):
         import onnx
 
         model.opset_import.append(onnx.helper.make_opsetid("", _DEFAULT_OPSET))
     _check_tensors(graph)
     return changed
+
+
+def served_form(model: ModelProto) -> ModelProto:
+    """`model` as the daemon serves it: a rewritten copy when it has ZipMap outputs, else
+    itself. Raises NoTensorForm for an input or output with no tensor form (`snooze scan`)."""
+    if any(_is_zipmap(node) for node in model.graph.node):
+        copy = type(model)()
+        copy.CopyFrom(model)
+        tensor_form(copy)
+        return copy
+    _check_tensors(model.graph)
+    return model
+
+
+def _labels_per_row(graph: GraphProto) -> None:
+    """A classifier's label output has one label per row, whatever the export declares
+    (onnxmltools' LightGBM declares [1]): its first dimension becomes dynamic, so that the
+    model batches."""
+    from snoozeml.runtime.onnx.class_labels import CLASSIFIERS, reached
+
+    outputs = {value.name: value for value in graph.output}
+    for node in graph.node:
+        if node.domain == ML_DOMAIN and node.op_type in CLASSIFIERS and node.output:
+            for name in reached(graph, node.output[0]):
+                if name not in outputs:
+                    continue
+                dims = outputs[name].type.tensor_type.shape.dim
+                if len(dims) == 1 and dims[0].HasField("dim_value"):
+                    dims[0].dim_param = "N"
 
 
 def _is_zipmap(node: NodeProto) -> bool:
