@@ -235,6 +235,7 @@ class Daemon:
             *([self._mesh.stop(grace=self._grace)] if self._mesh is not None else []),
         )
         await self.manager.shutdown()
+        self.service.preparation.close()
         log_event("server_stopped")
 
     def _modelmesh_server(self) -> grpc.aio.Server:

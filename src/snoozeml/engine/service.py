@@ -29,6 +29,7 @@ from snoozeml.engine.observe.triton_statistics import ModelStatistics, Statistic
 from snoozeml.engine.registry import ModelManager
 from snoozeml.engine.replicas.replica import ReplicaState
 from snoozeml.engine.requests.classification import classified
+from snoozeml.engine.requests.preparation import Preparation
 from snoozeml.engine.requests.request import InferOutput, InferRequest, InferResponse
 from snoozeml.engine.requests.validate import check_request
 from snoozeml.errors import InvalidInput, ShuttingDown
@@ -65,6 +66,7 @@ class InferenceService:
         self.started_at = manager.clock.wall()
         self.added = AddedModels(manager)
         self._capabilities = CapabilityReader()
+        self.preparation = Preparation()  # requests' blocking steps before queueing (images)
 
     def start_draining(self) -> None:
         """Not ready from now on (in-flight requests still finish)."""
@@ -111,7 +113,10 @@ class InferenceService:
                 metadata = replica.metadata
                 check_request(request, metadata)
                 inputs = {tensor.name: tensor.data for tensor in request.inputs}
-                replica.instance.validate_inputs(inputs)  # the backend's checks, before queueing
+                # The backend's checks, before queueing; its blocking step (images) on the pool.
+                prepare = replica.instance.validate_inputs(inputs)
+                if prepare is not None:
+                    await self.preparation.run(prepare)
                 wanted = [out.name for out in request.outputs] if request.outputs else None
                 results = await replica.batcher.submit(inputs, wanted, timeout)
         except Exception:  # not CancelledError: a client that left is not an error

@@ -10,7 +10,7 @@ to do for one implements it as a no-op.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +21,8 @@ from snoozeml.datatypes import ModelMetadata
 from snoozeml.errors import InvalidInput
 
 Arrays = dict[str, np.ndarray]
+# Blocking work that completes a request's inputs before it is queued (decoding its images).
+Prepare = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +56,12 @@ class Instance(Protocol):
     @property
     def metadata(self) -> ModelMetadata: ...
 
-    def validate_inputs(self, inputs: Arrays) -> None:
-        """Checks that need the loaded model, run before the request is queued (so a bad
-        request fails alone, never its batch): raises InvalidInput or Unsupported. May replace
-        arrays in `inputs` with converted ones."""
+    def validate_inputs(self, inputs: Arrays) -> Prepare | None:
+        """Checks that need the loaded model, run on the event loop before the request is
+        queued (so a bad request fails alone, never its batch): raises InvalidInput or
+        Unsupported. May replace arrays in `inputs` with converted ones. Returns None, or the
+        blocking work that completes `inputs` (decoding images), which the engine runs on its
+        preparation pool before queueing; it raises as this method does."""
         ...
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:

@@ -83,6 +83,24 @@ def test_bytes_decode_to_an_object_array_of_utf8_bytes() -> None:
     assert tensor_in.data.reshape(-1).tolist() == ["héllo".encode(), b""]
 
 
+def test_base64_bytes_decode_to_the_bytes_they_encode() -> None:
+    """MLServer's convention: the input's content_type parameter says the strings are base64."""
+    raw = {"name": "image", "shape": [2], "datatype": "BYTES", "data": ["AAEC/w==", ""],
+           "parameters": {"content_type": "base64"}}
+    (tensor,) = decode_json_request({"inputs": [raw]}).inputs
+    assert list(tensor.data) == [b"\x00\x01\x02\xff", b""]
+    plain = decode_json_request({"inputs": [{**raw, "parameters": {}}]}).inputs[0]
+    assert list(plain.data) == [b"AAEC/w==", b""]
+
+
+@pytest.mark.parametrize("bad", ["AAEC/w=", "AAEC*w==", "AA EC/w=="])
+def test_invalid_base64_is_refused_naming_the_element(bad: str) -> None:
+    raw = {"name": "image", "shape": [2], "datatype": "BYTES", "data": ["AAEC", bad],
+           "parameters": {"content_type": "base64"}}
+    with pytest.raises(InvalidInput, match="input 'image': element 1 is not valid base64"):
+        decode_json_request({"inputs": [raw]})
+
+
 def test_scalar_data_fills_a_one_element_tensor() -> None:
     (tensor_in,) = decode_json_request(body(tensor(shape=[1], data=7))).inputs
     np.testing.assert_array_equal(tensor_in.data, np.array([7], dtype=np.float32))

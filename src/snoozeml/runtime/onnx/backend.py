@@ -60,7 +60,12 @@ class OnnxBackend:
         self._sessions().background_blocking(spec)
 
     def load_blocking(self, spec: ModelConfig) -> Instance:
-        return self._sessions().load_blocking(spec)
+        instance = self._sessions().load_blocking(spec)
+        if spec.image is None:
+            return instance
+        from snoozeml.runtime.image.instance import with_images_blocking  # Pillow, only then
+
+        return with_images_blocking(instance, spec.image)
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return looks_out_of_memory(exc)

@@ -20,7 +20,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from snoozeml.config.settings import ModelConfig
-from snoozeml.runtime.base import FileSizes, LoadPlan, looks_out_of_memory, requested_gpu
+from snoozeml.runtime.base import (
+    FileSizes,
+    Instance,
+    LoadPlan,
+    looks_out_of_memory,
+    requested_gpu,
+)
 from snoozeml.runtime.files import torch_file_sizes_blocking
 from snoozeml.runtime.torch.huggingface import HuggingFaceInstance, model_class
 from snoozeml.runtime.torch.state_dict import StateDictInstance, import_factory
@@ -59,13 +65,18 @@ class TorchBackend:
         elif spec.module:
             import_factory(spec.module, spec.path.parent)
 
-    def load_blocking(self, spec: ModelConfig) -> HuggingFaceInstance | StateDictInstance:
+    def load_blocking(self, spec: ModelConfig) -> Instance:
         if spec.intra_op_threads > 0:
             torch.set_num_threads(spec.intra_op_threads)  # process-wide in PyTorch
         try:
             if spec.path.is_dir():
                 self._check_folder(spec.path)
-                return HuggingFaceInstance(spec)
+                instance = HuggingFaceInstance(spec)
+                if instance.task != "image-classification":
+                    return instance
+                from snoozeml.runtime.image.processor import with_folder_images_blocking
+
+                return with_folder_images_blocking(instance, spec.path, spec.image)
             return StateDictInstance(spec)
         except Exception as exc:
             # safetensors' own errors ("incomplete metadata, file not fully covered") name
