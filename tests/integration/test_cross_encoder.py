@@ -154,8 +154,9 @@ def pairs_body(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
 
 def logits_of(response: httpx.Response) -> np.ndarray:
     assert response.status_code == 200, response.text
-    (output,) = response.json()["outputs"]
-    assert output["name"] == "logits"
+    outputs = {output["name"]: output for output in response.json()["outputs"]}
+    assert sorted(outputs) == ["logits", "token_count"]
+    output = outputs["logits"]
     assert output["datatype"] == "FP32"
     return np.asarray(output["data"], dtype=np.float32).reshape(output["shape"])
 
@@ -210,7 +211,8 @@ def test_the_metadata_lists_text_pair_and_one_label_logits(served: Served) -> No
         inputs = {tensor["name"]: tensor for tensor in metadata["inputs"]}
         assert inputs["text"] == {"name": "text", "datatype": "BYTES", "shape": [-1]}
         assert inputs["text_pair"] == {"name": "text_pair", "datatype": "BYTES", "shape": [-1]}
-        assert metadata["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 1]}]
+        assert metadata["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 1]},
+                                       {"name": "token_count", "datatype": "INT64", "shape": [-1]}]
 
 
 @pytest.mark.parametrize("name", ["ce-torch", "ce-onnx"])

@@ -153,9 +153,10 @@ def test_jinas_shape_takes_objects_and_answers_documents_and_the_model(served: S
     assert [(r["index"], r["document"]) for r in answer["results"]] == \
         [(i, {"text": DOCUMENTS[i]}) for i in top]
     assert answer["model"] == "reranker"
-    # The cross-encoders answer logits only, no token_count: Jina's usage is left out rather
-    # than said to be 0 (it is the sum of token_count for a model that lists one).
-    assert "usage" not in answer
+    # Jina's usage: the tokens of every pair the model ran, special tokens included.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(MINILM))
+    pairs = tokenizer([QUERY] * 4, DOCUMENTS[:4], truncation="longest_first", max_length=512)
+    assert answer["usage"] == {"total_tokens": sum(len(ids) for ids in pairs["input_ids"])}
 
 
 def test_teis_shape_implies_the_one_reranker_and_answers_raw_logits(served: Served) -> None:

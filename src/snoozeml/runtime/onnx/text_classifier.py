@@ -9,8 +9,10 @@ embedding model (runtime/onnx/text.py). The graph takes token ids (`input_ids`,
 [rows, labels]. This wrapper adds the BYTES inputs `text` and `text_pair`, tokenized here one
 text or one pair per row (runtime/text/tokenizer.py, runtime/text/pairs.py), and refuses logits
 that are not finite (runtime/text/logits.py: at load, and for every batch). Its outputs are the
-graph's own. The requests of a batch run as one padded batch; each gets its own rows, any
-token-level output cut to its own longest row, as it would be answered alone.
+graph's own, and `token_count` (INT64 [rows], each row's tokens after truncation, special
+tokens included; what the rerank routes report as usage). The rows of a batch run sorted by
+length (runtime/text/by_length.py); each request gets its own rows, any token-level output cut
+to its own longest row, as it would be answered alone.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ from snoozeml.runtime.text.settings import text_settings, tokenizer_file
 from snoozeml.runtime.text.tokenizer import (
     TEXT,
     TEXT_PAIR,
+    TOKEN_COUNT,
     LengthCheck,
     TokenLimits,
     check_text,
     load_tokenizer,
+    token_counts,
     tokenize,
 )
 
@@ -109,9 +113,11 @@ class OnnxTextClassifier:
             inputs=(*(replace(s, optional=True) for s in graph.inputs),
                     TensorSpec(TEXT, "BYTES", (-1,), True),
                     TensorSpec(TEXT_PAIR, "BYTES", (-1,), True)),
-            outputs=graph.outputs,
+            outputs=(*(s for s in graph.outputs if s.name != TOKEN_COUNT),
+                     TensorSpec(TOKEN_COUNT, "INT64", (-1,))),
             input_sets=((TEXT,), ("input_ids", "attention_mask")),
         )
+        self._graph_outputs = {s.name for s in graph.outputs if s.name != TOKEN_COUNT}
 
     @property
     def metadata(self) -> ModelMetadata:
@@ -158,17 +164,23 @@ class OnnxTextClassifier:
         return self._split(results, rows, lengths)
 
     def _run(self, feeds: Arrays, wanted: Sequence[str]) -> Arrays:
-        """The wanted outputs of the graph for the whole batch, its logits checked."""
+        """The wanted outputs for the whole batch: the graph's, its logits checked, and each
+        row's tokens. The graph does not run when only token counts are wanted."""
         if int(feeds["input_ids"].shape[0]) == 0:
             return {name: self._empty(name) for name in wanted}
-        typed = {name: np.asarray(value, dtype=self._graph_inputs[name])
-                 for name, value in feeds.items() if name in self._graph_inputs}
-        if "token_type_ids" in self._graph_inputs and "token_type_ids" not in typed:
-            typed["token_type_ids"] = np.zeros(typed["input_ids"].shape,
-                                               dtype=self._graph_inputs["token_type_ids"])
-        results = self._inner.run_blocking(typed, list(wanted))
+        names = [name for name in wanted if name in self._graph_outputs]
+        results: Arrays = {}
+        if names:
+            typed = {name: np.asarray(value, dtype=self._graph_inputs[name])
+                     for name, value in feeds.items() if name in self._graph_inputs}
+            if "token_type_ids" in self._graph_inputs and "token_type_ids" not in typed:
+                typed["token_type_ids"] = np.zeros(typed["input_ids"].shape,
+                                                   dtype=self._graph_inputs["token_type_ids"])
+            results = self._inner.run_blocking(typed, names)
         if LOGITS in results:
             check_logits(results[LOGITS], self._metadata.name)
+        if TOKEN_COUNT in wanted:
+            results[TOKEN_COUNT] = token_counts(feeds)
         return results
 
     def _split(self, results: Arrays, rows: Sequence[int], lengths: Sequence[int]) -> list[Arrays]:

@@ -2,11 +2,12 @@
 
 A feature-extraction model serves `last_hidden_state`, a pooled `embedding` (pooled and
 normalised as runtime/text/settings.py resolves) and each row's `token_count`; classification
-models serve `logits`. With `tokenize = true` and a tokenizer.json, a model also takes a BYTES
-input `text` (one string per row), tokenized here (runtime/text/tokenizer.py), and a text
-classifier (a cross-encoder) a `text_pair` beside it, each row's two texts tokenized as one pair
-(runtime/text/pairs.py); its logits must be finite (runtime/text/logits.py). Rows of one batch
-are padded to its longest, and each request gets its outputs trimmed to its own token length,
+models serve `logits` (and `token_count` when they tokenize). With `tokenize = true` and a
+tokenizer.json, a model also takes a BYTES input `text` (one string per row), tokenized here
+(runtime/text/tokenizer.py), and a text classifier (a cross-encoder) a `text_pair` beside it,
+each row's two texts tokenized as one pair (runtime/text/pairs.py); its logits must be finite
+(runtime/text/logits.py). Text rows run sorted by length (runtime/text/by_length.py), others
+padded to the batch's longest, and each request gets its outputs trimmed to its own token length,
 so a batched request answers exactly as it would alone.
 """
 
@@ -159,10 +160,18 @@ class HuggingFaceInstance:
         else:
             labels = int(getattr(self.model.config, "num_labels", -1))
             outputs.append(TensorSpec(LOGITS, "FP32", (-1, labels)))
+            if self._counts_tokens():
+                outputs.append(TensorSpec(TOKEN_COUNT, "INT64", (-1,)))
         sets: tuple[tuple[str, ...], ...] = ()
         if self.tokenizer is not None:
             sets = (("text",), ("input_ids", "attention_mask"))
         return ModelMetadata(name, PLATFORM, tuple(inputs), tuple(outputs), sets)
+
+    def _counts_tokens(self) -> bool:
+        """Whether the model answers each row's `token_count`: an encoder, or a text classifier
+        that tokenizes."""
+        return self.task == "feature-extraction" or (
+            self.task == "text-classification" and self.tokenizer is not None)
 
     def _takes_token_types(self) -> bool:
         return int(getattr(self.model.config, "type_vocab_size", 0) or 0) > 0
@@ -225,7 +234,7 @@ class HuggingFaceInstance:
                                     lambda run: self._forward(run, hidden=False))
         else:
             results = self._forward(feeds, hidden="last_hidden_state" in wanted)
-        if counts is not None and self.task == "feature-extraction":
+        if counts is not None and self._counts_tokens():
             results[TOKEN_COUNT] = counts
         parts: list[Arrays] = []
         start = 0

@@ -104,7 +104,7 @@ def test_an_entry_with_task_text_classification_takes_text_and_text_pair(
         *((name, "INT64", (-1, -1), True) for name in INPUTS),
         ("text", "BYTES", (-1,), True), ("text_pair", "BYTES", (-1,), True)]
     assert [(s.name, s.datatype, s.shape) for s in metadata.outputs] == [
-        ("logits", "FP32", (-1, 2))]
+        ("logits", "FP32", (-1, 2)), ("token_count", "INT64", (-1,))]
     assert metadata.input_sets == (("text",), ("input_ids", "attention_mask"))
 
 
@@ -229,6 +229,8 @@ def test_a_batch_over_max_batch_tokens_runs_its_pairs_sorted_by_length(
     # runs alone at max_length, where one padded batch would have put every row.
     assert counts == [MAX_LENGTH, 5, 6, 8]
     assert answered[:, 1].tolist() == [MAX_LENGTH, 8, 8, 8]
+    # Each row's tokens, as the rerank routes report them.
+    assert np.concatenate([part["token_count"] for part in together]).tolist() == counts
 
 
 def _count(first: str, second: str) -> int:
