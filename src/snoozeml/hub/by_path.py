@@ -90,7 +90,7 @@ def spec_for_path(
 
 def _entry(name: str, model: ScannedModel, idle_timeout: float | str | None) -> ModelConfig:
     fields: dict[str, object] = {"name": name, "path": model.path, "format": model.format}
-    for key in ("task", "pooling", "normalize", "max_length"):
+    for key in ("task", "pooling", "normalize", "max_length", "image"):
         if getattr(model, key) is not None:
             fields[key] = getattr(model, key)
     if model.tokenize:

@@ -114,6 +114,11 @@ def _table(entry: ScannedModel, base: Path, header: str | None) -> Table:
             batching.add(tomlkit.comment(entry.batching_note))
         batching.add("max_batch_size", entry.max_batch_size)
         table.add("batching", batching)
+    if entry.image is not None:
+        image = tomlkit.table()
+        for key, value in entry.image.items():
+            image.add(key, value)
+        table.add("image", image)
     return table
 
 

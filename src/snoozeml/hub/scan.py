@@ -35,6 +35,7 @@ from snoozeml.hub.classifiers import (
     onnx_labels,
     serves_as,
 )
+from snoozeml.hub.images import hf_image_notes, onnx_image
 from snoozeml.runtime.files import external_data_paths
 from snoozeml.runtime.onnx.ml_outputs import NoTensorForm, served_form
 from snoozeml.runtime.onnx.text import plan_graph
@@ -64,18 +65,16 @@ class ScannedModel:
     format: Format
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
-    # None: leave [models.batching] out (the daemon's defaults apply).
-    max_batch_size: int | None = None
+    max_batch_size: int | None = None  # None: no [models.batching] (the daemon's defaults)
     batching_note: str | None = None
     task: Task | None = None
     tokenize: bool = False
     pooling: Pooling | None = None
     normalize: bool | None = None
     max_length: int | None = None
-    # What the daemon serves it as, for the command's summary ("a reranker on /v1/rerank…").
-    role: str | None = None
-    # Comment lines written into the entry, for the reader.
-    notes: tuple[str, ...] = ()
+    role: str | None = None  # what it serves as, for the summary ("a reranker on /v1/rerank…")
+    notes: tuple[str, ...] = ()  # comment lines written into the entry, for the reader
+    image: dict[str, Any] | None = None  # [models.image] (hub/images.py)
 
 
 @dataclass(frozen=True)
@@ -231,7 +230,7 @@ def _onnx_model(file: Path, model: Any) -> ScannedModel:
         for label, group in (("input: ", inputs), ("output:", outputs))
         for t in group
     ]
-    text = _onnx_text(file, inputs, outputs, notes) or {}
+    text = _onnx_text(file, inputs, outputs, notes) or onnx_image(file, inputs, notes)
     return ScannedModel(name="", path=file, format="onnx", inputs=inputs, outputs=outputs,
                         max_batch_size=max_batch_size, batching_note=note, notes=tuple(notes),
                         **text)
@@ -308,6 +307,7 @@ def _hf_model(folder: Path) -> ScannedModel:
     tokenize = (folder / "tokenizer.json").is_file()
     if tokenize:
         notes.append("tokenize = true: tokenizer.json is present, so the model accepts text")
+    notes.extend(hf_image_notes(folder, task))
     role: str | None = None
     if task == "text-classification":
         role, lines = serves_as(label_count_in(folder)) if tokenize else (

@@ -131,15 +131,15 @@ def _layout_of(spec: TensorSpec) -> str:
 
 
 def _crop(config: ImageConfig, name: str, model: tuple[int, int]) -> tuple[int, int]:
-    """The answer's (height, width): the entry's crop, else the model's own fixed size, else
-    an exact resize; they must agree with the model's fixed dimensions."""
+    """The answer's (height, width): the entry's crop, else an exact resize, else the model's
+    own fixed size; they must agree with the model's fixed dimensions."""
     if config.crop is not None:
         crop = (config.crop, config.crop) if isinstance(config.crop, int) \
             else (config.crop[0], config.crop[1])
-    elif model[0] > 0 and model[1] > 0:
-        crop = model
     elif isinstance(config.resize, list):
         crop = (config.resize[0], config.resize[1])
+    elif model[0] > 0 and model[1] > 0:
+        crop = model
     else:
         raise RuntimeError(f"{name!r} takes images of any size: set crop (or resize = "
                            "[height, width]) in [models.image], so that a batch's images agree")
