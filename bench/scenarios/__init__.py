@@ -71,6 +71,10 @@ SCENARIOS: dict[str, Scenario] = {
         "embeddings", "MiniLM sentences/s: /v1/embeddings vs OIP vs infinity vs in-process "
         "(issue 18)", "~10 min",
         {"duration": 20.0, "warm_up": 5.0, "rounds": 3, "concurrency": [32]}),
+    "images": Scenario(
+        "images", "MobileNetV3-Small fed 640x480 JPEGs over binary HTTP at c16 vs the "
+        "in-process decode + preprocess + run ceiling (issue 33)", "~1 min",
+        {"duration": 10.0, "warm_up": 2.0, "concurrency": [16]}),
     "http_servers": Scenario(
         "http_servers", "one JSON inference under uvicorn, granian and the daemon's own "
         "protocol (issue 19)", "~2 min",

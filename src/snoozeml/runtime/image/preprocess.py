@@ -46,17 +46,21 @@ class Preprocess:
 
     def __call__(self, images: Sequence[Image.Image]) -> np.ndarray:
         height, width = self.crop
-        batch = np.empty((len(images), height, width, 3), dtype=np.float32)
+        shape = (3, height, width) if self.channels_first else (height, width, 3)
+        batch = np.empty((len(images), *shape), dtype=np.float32)
+        # mean and std are in RGB order; BGR reverses the channels with them.
+        order = slice(None, None, -1) if self.bgr else slice(None)
+        multiply = self.multiply[order].astype(np.float32)
+        add = self.add[order].astype(np.float32)
+        if self.channels_first:  # each channel's plane, with its own scalars
+            multiply, add = multiply[:, None, None], add[:, None, None]
         for i, image in enumerate(images):
-            pixels = np.asarray(center_crop(self.resized(image), self.crop))
-            batch[i] = pixels[..., ::-1] if self.bgr else pixels
-        multiply = self.multiply[::-1] if self.bgr else self.multiply
-        add = self.add[::-1] if self.bgr else self.add
-        batch *= multiply.astype(np.float32)
-        batch += add.astype(np.float32)
-        if self.channels_first:
-            batch = batch.transpose(0, 3, 1, 2)
-        return np.ascontiguousarray(batch, dtype=self.dtype)
+            pixels = np.asarray(center_crop(self.resized(image), self.crop))[..., order]
+            if self.channels_first:
+                pixels = pixels.transpose(2, 0, 1)
+            np.multiply(pixels, multiply, out=batch[i])
+            batch[i] += add
+        return batch if self.dtype == batch.dtype else batch.astype(self.dtype)
 
     def resized(self, image: Image.Image) -> Image.Image:
         if self.resize is None:
