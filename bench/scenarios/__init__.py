@@ -75,6 +75,10 @@ SCENARIOS: dict[str, Scenario] = {
         "images", "MobileNetV3-Small fed 640x480 JPEGs over binary HTTP at c16 vs the "
         "in-process decode + preprocess + run ceiling (issue 33)", "~1 min",
         {"duration": 10.0, "warm_up": 2.0, "concurrency": [16]}),
+    "tabular": Scenario(
+        "tabular", "RandomForest (skl2onnx defaults) at c64 vs MLServer's sklearn runtime "
+        "and the in-process ceiling (issue 33)", "~3 min",
+        {"duration": 10.0, "warm_up": 2.0, "concurrency": [64]}),
     "http_servers": Scenario(
         "http_servers", "one JSON inference under uvicorn, granian and the daemon's own "
         "protocol (issue 19)", "~2 min",
