@@ -118,3 +118,28 @@ def reference(images: Sequence[Image.Image], resize: int | None, crop: tuple[int
             x = x[..., ::-1]
         rows.append(x.transpose(2, 0, 1) if layout == "NCHW" else x)
     return np.stack(rows).astype(np.float32)
+
+
+def write_image_classifier(path: Path, classes: int = 5, side: int = 32, seed: int = 0) -> Path:
+    """logits [N, classes] = each channel's mean pooled through a random linear head, from
+    pixel_values FP32 [N, 3, side, side]: a classifier whose answer moves with the picture."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["pixel_values"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "weight", "bias"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "classifier",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT,
+                                       ["n", 3, side, side])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", classes])],
+        [numpy_helper.from_array(rng.normal(0, 3, (3, classes)).astype(np.float32), "weight"),
+         numpy_helper.from_array(rng.normal(0, 1, classes).astype(np.float32), "bias")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                              producer_name="snoozeml-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
