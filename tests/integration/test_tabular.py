@@ -69,6 +69,9 @@ path = "xgboost.onnx"
 name = "lightgbm"
 path = "lightgbm.onnx"
 [[models]]
+name = "catboost"
+path = "catboost.onnx"
+[[models]]
 name = "multi_output"
 path = "multi_output.onnx"
 
@@ -126,7 +129,7 @@ def column_inputs(table: Any) -> list[dict[str, Any]]:
 
 def assert_answers(tabular: Tabular, got: dict[str, np.ndarray], x: Any) -> None:
     """The label output equals `predict`, the probabilities `predict_proba` (classifiers)."""
-    predicted = tabular.model.predict(x)
+    predicted = np.ravel(tabular.model.predict(x))  # CatBoost's is [N, 1]
     if tabular.probability_output is None:  # a regressor: [N, 1] FP32
         np.testing.assert_allclose(got[tabular.label_output].ravel(), predicted, rtol=1e-5)
         return
@@ -141,7 +144,7 @@ def assert_answers(tabular: Tabular, got: dict[str, np.ndarray], x: Any) -> None
 
 
 @pytest.mark.parametrize("name", ["logistic", "forest", "boosting", "svc", "regressor",
-                                  "xgboost", "lightgbm"])
+                                  "xgboost", "lightgbm", "catboost"])
 def test_a_default_export_answers_as_the_fitted_model(
     client: httpx.Client, made: tuple[Path, dict[str, Tabular]], name: str
 ) -> None:

@@ -105,7 +105,8 @@ def sklearn_models(folder: Path) -> dict[str, Tabular]:
 
 
 def boosted_models(folder: Path) -> dict[str, Tabular]:
-    """onnxmltools' default exports of XGBoost (tensor outputs) and LightGBM (ZipMap)."""
+    """onnxmltools' default exports of XGBoost (tensor outputs) and LightGBM (ZipMap), and
+    CatBoost's own export (ZipMap)."""
     import lightgbm
     import xgboost
     from onnxmltools import convert_lightgbm, convert_xgboost
@@ -121,11 +122,24 @@ def boosted_models(folder: Path) -> dict[str, Tabular]:
         xgb_path = _save(convert_xgboost(xgb, initial_types=types), folder / "xgboost.onnx")
         lgb_path = _save(convert_lightgbm(lgb, initial_types=types), folder / "lightgbm.onnx")
     return {
+        "catboost": catboost_model(folder, x, y),
         "xgboost": Tabular("xgboost", xgb, xgb_path, "label", "probabilities",
                            tuple(str(c) for c in xgb.classes_)),
         "lightgbm": Tabular("lightgbm", lgb, lgb_path, "label", "probabilities",
                             tuple(str(c) for c in lgb.classes_)),
     }
+
+
+def catboost_model(folder: Path, x: np.ndarray, y: np.ndarray) -> Tabular:
+    """CatBoost's own ONNX export (`save_model(..., format="onnx")`), string classes."""
+    from catboost import CatBoostClassifier
+
+    model = CatBoostClassifier(iterations=20, depth=4, random_seed=0, verbose=0,
+                               allow_writing_files=False).fit(x, TIERS[y])
+    path = folder / "catboost.onnx"
+    model.save_model(str(path), format="onnx")
+    return Tabular("catboost", model, path, "label", "probabilities",
+                   tuple(str(c) for c in model.classes_))
 
 
 def multi_output(folder: Path) -> Path:
