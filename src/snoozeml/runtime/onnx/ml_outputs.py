@@ -70,15 +70,29 @@ def no_tensor_form(kind: str, name: str, onnx_type: str) -> str:
 
 def may_rewrite_blocking(path: Path) -> bool:
     """Whether the model's file names a ZipMap, so that its load takes the rewritten path.
-    A file that cannot be read here does not (its load says why)."""
+    A file that cannot be read here does not (its load says why), nor, until
+    `holds_zipmap_after_all_blocking` read it, one over EXTERNAL_SCAN_LIMIT."""
+    return _holds_mark(path, limited=True)
+
+
+def holds_zipmap_after_all_blocking(path: Path) -> bool:
+    """After a load found an output with no tensor form: whether a file the mark check did not
+    read (over EXTERNAL_SCAN_LIMIT: a large forest) names a ZipMap after all. Remembered, so
+    that its next loads take the rewritten path and its weights are never cached."""
+    return _holds_mark(path, limited=False)
+
+
+def _holds_mark(path: Path, limited: bool) -> bool:
     try:
         stat = path.stat()
-        if stat.st_size > EXTERNAL_SCAN_LIMIT or stat.st_size == 0:
-            return False
         key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
         with _marked_lock:
             if key in _marked:
                 return _marked[key]
+        large = stat.st_size > EXTERNAL_SCAN_LIMIT
+        if stat.st_size == 0 or large == limited:
+            # Too large for the mark check; or, after a load, read by it already.
+            return False
         with path.open("rb") as file, \
                 mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
             found = view.find(MARK) != -1

@@ -40,7 +40,12 @@ from snoozeml.runtime.onnx.cache_entry import Entry
 from snoozeml.runtime.onnx.diagnose import diagnose_blocking
 from snoozeml.runtime.onnx.instance import OnnxInstance
 from snoozeml.runtime.onnx.mapped import MappedWeights
-from snoozeml.runtime.onnx.ml_outputs import may_rewrite_blocking, session_blocking
+from snoozeml.runtime.onnx.ml_outputs import (
+    NoTensorForm,
+    holds_zipmap_after_all_blocking,
+    may_rewrite_blocking,
+    session_blocking,
+)
 from snoozeml.runtime.onnx.text import load_text_blocking
 from snoozeml.runtime.onnx.text_classifier import load_text_classifier_blocking
 from snoozeml.runtime.text.by_length import default_budget
@@ -191,7 +196,13 @@ class OnnxSessions:
                 raise
             raise RuntimeError(f"{spec.path}: {problem}; onnxruntime: "
                                f"{describe_exception(exc)}") from exc
-        return OnnxInstance(spec.name, session)
+        try:
+            return OnnxInstance(spec.name, session)
+        except NoTensorForm:
+            del session
+            if not holds_zipmap_after_all_blocking(spec.path):  # not a file too large to scan
+                raise
+        return self._load_graph_blocking(spec)  # rewritten, now that the file is known
 
     def _entry_blocking(self, spec: ModelConfig) -> Entry | None:
         """The model's valid entry, when the cache applies and has one."""

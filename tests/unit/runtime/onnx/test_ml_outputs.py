@@ -15,6 +15,7 @@ from classifier_models import write_ml_classifier
 from onnx import TensorProto, helper
 
 from snoozeml.config.settings import ModelConfig
+from snoozeml.runtime.onnx import ml_outputs
 from snoozeml.runtime.onnx.backend import OnnxBackend
 from snoozeml.runtime.onnx.class_labels import classifier_labels_blocking
 from snoozeml.runtime.onnx.instance import OnnxInstance
@@ -161,3 +162,44 @@ def test_a_zipmap_model_loads_rewritten_and_never_through_the_weights_cache(
     np.testing.assert_array_equal(got, [[row["x"], row["y"]] for row in maps])
     assert not cache.exists() or not any(cache.iterdir())
     assert not any(scratch.iterdir())  # the rewritten file went once the session loaded
+
+
+def test_a_zipmap_model_too_large_for_the_mark_check_loads_rewritten_after_all(
+    tmp_path: Path, cache: Path, closing: list[OnnxInstance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large forest is not read for the mark before its first load: that load finds the
+    # sequence output, reads the file, and loads it rewritten; the next plans know it.
+    monkeypatch.setattr(ml_outputs, "EXTERNAL_SCAN_LIMIT", 100)
+    spec = ModelConfig(name="m", path=export_logistic(tmp_path / "m.onnx",
+                                                      np.array(["x", "y"])))
+    backend = OnnxBackend(cache)
+    backend.prepare_blocking(spec)
+    assert backend.load_plan_blocking(spec, backend.file_sizes_blocking(spec)).path == "default"
+
+    instance = backend.load_blocking(spec)
+    assert isinstance(instance, OnnxInstance)
+    closing.append(instance)
+    backend.background_blocking(spec)
+
+    assert instance.metadata.output("output_probability") is not None
+    assert instance.run_blocking({"X": X}, None)["output_probability"].shape == (len(X), 2)
+    assert backend.load_plan_blocking(spec, backend.file_sizes_blocking(spec)).path == \
+        "rewritten"
+    assert not cache.exists() or not any(cache.iterdir())  # no entry of the ZipMap file
+
+
+def test_a_large_file_whose_output_has_no_tensor_form_still_fails_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ml_outputs, "EXTERNAL_SCAN_LIMIT", 10)
+    model = zipmap_and_sequence()
+    del model.graph.node[0]
+    del model.graph.output[0]
+    path = tmp_path / "sequence.onnx"
+    onnx.save(model, str(path))
+    spec = ModelConfig(name="s", path=path)
+    backend = OnnxBackend(None)
+    backend.prepare_blocking(spec)
+
+    with pytest.raises(NoTensorForm, match="output 'pieces' has type seq"):
+        backend.load_blocking(spec)
