@@ -73,8 +73,8 @@ SCENARIOS: dict[str, Scenario] = {
         {"duration": 20.0, "warm_up": 5.0, "rounds": 3, "concurrency": [32]}),
     "images": Scenario(
         "images", "MobileNetV3-Small fed 640x480 JPEGs over binary HTTP at c16 vs the "
-        "in-process decode + preprocess + run ceiling (issue 33)", "~1 min",
-        {"duration": 10.0, "warm_up": 2.0, "concurrency": [16]}),
+        "in-process decode + preprocess + run ceiling (issue 33)", "~2 min",
+        {"duration": 10.0, "warm_up": 2.0, "concurrency": [16], "rounds": 3}),
     "tabular": Scenario(
         "tabular", "RandomForest (skl2onnx defaults) at c64 vs MLServer's sklearn runtime "
         "and the in-process ceiling (issue 33)", "~3 min",
