@@ -72,15 +72,17 @@ def install_infinity(venv: Path, timeout_s: float) -> InfinitySetup:
 
 
 class Infinity:
-    """``infinity_emb v2`` serving the MiniLM folder on a free loopback port."""
+    """``infinity_emb v2`` serving a folder (MiniLM's unless told) as ``name`` on a free
+    loopback port, its routes under ``/v1``."""
 
     def __init__(self, executable: Path, threads: int, log: Path,
-                 start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0, model: Path = MINILM,
+                 name: str = MODEL) -> None:
         self.port = free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0",
                "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        cmd = [str(executable), "v2", "--model-id", str(MINILM), "--served-model-name", MODEL,
+        cmd = [str(executable), "v2", "--model-id", str(model), "--served-model-name", name,
                "--engine", "torch", "--device", "cpu", "--dtype", "float32",
                "--batch-size", "32", "--no-bettertransformer", "--no-compile",
                "--no-vector-disk-cache", "--host", "127.0.0.1", "--port", str(self.port),
