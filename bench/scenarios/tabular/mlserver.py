@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def write_repository(folder: Path, name: str, joblib_file: Path,
     batching of (rows, seconds) when `batching` is given)."""
     model = folder / name
     model.mkdir(parents=True, exist_ok=True)
-    (model / "model.joblib").write_bytes(joblib_file.read_bytes())
+    shutil.copyfile(joblib_file, model / "model.joblib")
     settings: dict[str, Any] = {"name": name, "implementation": "mlserver_sklearn.SKLearnModel",
                                 "parameters": {"uri": "./model.joblib"}}
     if batching is not None:
