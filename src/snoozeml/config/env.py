@@ -11,6 +11,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_HTTP_PORT": ("http_port",),
     "SNOOZE_GRPC_PORT": ("grpc_port",),
     "SNOOZE_IDLE_TIMEOUT": ("idle_timeout",),
+    "SNOOZE_KEEP_ALIVE": ("keep_alive",),
     "SNOOZE_LOAD_TIMEOUT": ("load_timeout",),
     "SNOOZE_DRAIN_TIMEOUT": ("drain_timeout",),
     "SNOOZE_MAX_REQUEST_SIZE": ("max_request_size",),

@@ -41,6 +41,7 @@ LoadDeadline = Annotated[Duration, Field(gt=0)]
 DurationOrNever = Annotated[
     float | None, BeforeValidator(lambda v: parse_duration(v, allow_never=True))
 ]
+KeepAlive = Literal["fixed", "adaptive"]
 Size = Annotated[int, BeforeValidator(lambda v: parse_size(v)), Field(ge=1)]
 Budget = Annotated[
     float | int, BeforeValidator(lambda v: parse_size(v, allow_percent=True)), Field(gt=0)
@@ -109,6 +110,9 @@ class ServerConfig(_Section):
     http_port: StrictInt = Field(default=8080, ge=0, le=65535)
     grpc_port: StrictInt = Field(default=8081, ge=0, le=65535)
     idle_timeout: DurationOrNever = 300.0
+    # "adaptive": each model learns when to unload and pre-warm from its own idle gaps
+    # (engine/keepalive/), falling back to idle_timeout; "fixed": idle_timeout alone.
+    keep_alive: KeepAlive = "fixed"
     load_timeout: LoadDeadline = 300.0
     drain_timeout: Duration = 30.0
     max_request_size: Size = 64 * 1024 * 1024
@@ -175,6 +179,7 @@ class ModelConfig(_Section):
     device: str = "auto"
     # None in the file means "inherit from [server]"; `never` pins. Resolved by load_config.
     idle_timeout: DurationOrNever = None
+    keep_alive: KeepAlive | None = None  # None: inherit from [server]
     load_timeout: LoadDeadline | None = None
     preload: StrictBool = False
     intra_op_threads: StrictInt = Field(default=1, ge=0, le=1024)
@@ -347,6 +352,7 @@ def resolve_model(
         "labels": model.labels if model.labels is None
         or model.labels.is_absolute() else base / model.labels,
         "idle_timeout": model.idle_timeout if "idle_timeout" in fields else server.idle_timeout,
+        "keep_alive": model.keep_alive or server.keep_alive,
         "load_timeout": model.load_timeout if model.load_timeout is not None
         else server.load_timeout,
         "replicas": ReplicasConfig(**{

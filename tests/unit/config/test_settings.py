@@ -137,6 +137,42 @@ def test_idle_timeout_is_inherited_overridden_or_pinned(tmp_path: Path, model_fi
     assert models["pinned"].load_timeout == 120.0
 
 
+def test_keep_alive_is_fixed_by_default_inherited_from_server_or_set_per_model(
+    tmp_path: Path, model_file: Path
+) -> None:
+    assert load_config(write(tmp_path, ""), {}).server.keep_alive == "fixed"
+    path = write(tmp_path, """
+        [server]
+        keep_alive = "adaptive"
+
+        [[models]]
+        name = "inherits"
+        path = "models/tiny.onnx"
+
+        [[models]]
+        name = "fixed"
+        path = "models/tiny.onnx"
+        keep_alive = "fixed"
+    """)
+    models = {m.name: m.keep_alive for m in load_config(path, {}).models}
+    assert models == {"inherits": "adaptive", "fixed": "fixed"}
+    from_env = load_config(write(tmp_path, """
+        [[models]]
+        name = "m"
+        path = "models/tiny.onnx"
+    """), {"SNOOZE_KEEP_ALIVE": "adaptive"})
+    assert from_env.models[0].keep_alive == "adaptive"
+
+
+def test_an_unknown_keep_alive_is_a_problem_naming_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [server]
+        keep_alive = "smart"
+    """)
+    (problem,) = problems_of(path)
+    assert problem == f"{path}:2: server.keep_alive: Input should be 'fixed' or 'adaptive'"
+
+
 def test_server_never_pins_every_model_that_does_not_override(
     tmp_path: Path, model_file: Path
 ) -> None:
