@@ -42,6 +42,10 @@ class Resident:
     last_used: float  # monotonic seconds
     loaded_at: float  # monotonic seconds
     holds: str  # "" when evictable, else why not: "busy", "pinned", "loading", "unloading"
+    load_s: float = 0.0  # its last load's seconds (what evicting it costs the next request)
+    uses: int = 0  # requests since it was loaded (or a decayed count)
+    next_use_s: float | None = None  # seconds to its expected next arrival (None: unknown)
+    clock: float | None = None  # the inflation when it was last used (None: the current one)
 
 
 def pick_victims(
@@ -64,6 +68,47 @@ def pick_victims(
         if freed >= needed:
             return chosen
     return None
+
+
+FAR_S = 600.0  # a model expected back this far off counts as one whose next use is unknown
+
+
+def eviction_priority(resident: Resident, inflation: float, far_s: float = FAR_S) -> float:
+    """Greedy-Dual-Size-Frequency (FaasCache, ASPLOS 2021): the clock (the inflation when the
+    model was last used) plus (uses + 1) x reload seconds per MiB held, scaled by
+    2 far_s / (far_s + next_use_s) when its next arrival is expected: twice for a model wanted
+    now, as an unknown one at far_s, a quarter of it at 7 far_s. Higher: keep."""
+    mib = max(resident.bytes, 1) / 2**20
+    value = (resident.uses + 1) * resident.load_s / mib
+    if resident.next_use_s is not None:
+        value *= 2 * far_s / (far_s + max(resident.next_use_s, 0.0))
+    base = inflation if resident.clock is None else resident.clock
+    return base + value
+
+
+def pick_victims_by_cost(
+    residents: Iterable[Resident], needed: int, now: float, min_residency: float,
+    inflation: float, far_s: float = FAR_S,
+) -> tuple[list[str] | None, float]:
+    """Names to unload, lowest `eviction_priority` first, freeing at least `needed` bytes
+    (None as pick_victims: when not even every evictable model would do), and the inflation
+    to keep: the priority of the last victim (unchanged when nothing is evicted).
+
+    Models that hold (busy, pinned, loading) are never victims; the churn guard stays: a model
+    loaded less than `min_residency` ago goes only after every older one."""
+    if needed <= 0:
+        return [], inflation
+    evictable = [(r, eviction_priority(r, inflation, far_s)) for r in residents if not r.holds]
+    evictable.sort(key=lambda pair: (now - pair[0].loaded_at < min_residency, pair[1],
+                                     pair[0].last_used))
+    chosen: list[str] = []
+    freed = 0
+    for resident, priority in evictable:
+        chosen.append(resident.name)
+        freed += resident.bytes
+        if freed >= needed:
+            return chosen, max(inflation, priority)
+    return None, inflation
 
 
 def budget_bytes(budget: float | int, total: int) -> int:

@@ -27,7 +27,9 @@ from snoozeml.engine.memory.budgets import (
     MemoryManager,
     Resident,
     budget_bytes,
+    eviction_priority,
     pick_victims,
+    pick_victims_by_cost,
     shortfall,
 )
 from snoozeml.engine.observe.counters import Counters
@@ -147,6 +149,94 @@ def test_pick_victims_without_a_churn_guard_is_plain_lru() -> None:
 def test_pick_victims_accepts_any_iterable_once() -> None:
     residents = iter([resident("a", 100, 20.0), resident("b", 100, 10.0)])
     assert pick_victims(residents, 100, NOW, MIN_RESIDENCY) == ["b"]
+
+
+# --- pick_victims_by_cost (Greedy-Dual-Size-Frequency) ----------------------------------------
+
+MiB = 2**20
+
+
+def costed(name: str, mib: int, *, load_s: float = 1.0, uses: int = 0,
+           next_use_s: float | None = None, clock: float | None = None,
+           last_used: float = 500.0, loaded_at: float = 0.0, holds: str = "") -> Resident:
+    return Resident(name, mib * MiB, last_used, loaded_at, holds, load_s=load_s, uses=uses,
+                    next_use_s=next_use_s, clock=clock)
+
+
+COST_CASES = [
+    pytest.param(
+        [costed("often", 100, uses=50), costed("seldom", 100, uses=1)],
+        100 * MiB, ["seldom"], id="the-less-used-goes-first-whatever-its-recency",
+    ),
+    pytest.param(
+        [costed("slow-load", 100, load_s=5.0), costed("quick-load", 100, load_s=0.1)],
+        100 * MiB, ["quick-load"], id="the-cheaper-to-reload-goes-first",
+    ),
+    pytest.param(
+        [costed("large", 1000, uses=5), costed("small", 10, uses=5)],
+        10 * MiB, ["large"], id="per-mib-held-the-large-one-goes-first",
+    ),
+    pytest.param(
+        [costed("soon", 100, uses=5, next_use_s=1.0), costed("unknown", 100, uses=5),
+         costed("far", 100, uses=5, next_use_s=3600.0)],
+        200 * MiB, ["far", "unknown"], id="one-expected-far-off-goes-first-one-wanted-soon-last",
+    ),
+    pytest.param(
+        [costed("used-long-ago", 100, uses=5, clock=0.0),
+         costed("used-lately", 100, uses=5, clock=20.0)],
+        100 * MiB, ["used-long-ago"], id="the-clock-of-its-last-use-ages-a-model",
+    ),
+    pytest.param(
+        [costed("busy", 100, holds="busy"), costed("pinned", 100, holds="pinned"),
+         costed("loading", 100, holds="loading"), costed("idle", 100, uses=1000)],
+        100 * MiB, ["idle"], id="only-idle-unpinned-models-are-victims",
+    ),
+    pytest.param(
+        [costed("busy", 500, holds="busy"), costed("idle", 100)],
+        200 * MiB, None, id="none-when-the-evictable-ones-are-not-enough",
+    ),
+    pytest.param(
+        [costed("young", 100, loaded_at=999.0), costed("old", 100, uses=100)],
+        100 * MiB, ["old"], id="churn-guard-a-young-model-goes-after-an-older-one",
+    ),
+    pytest.param([costed("a", 100)], 0, [], id="nothing-when-nothing-is-needed"),
+]
+
+
+@pytest.mark.parametrize(("residents", "needed", "victims"), COST_CASES)
+def test_pick_victims_by_cost(residents: list[Resident], needed: int,
+                              victims: list[str] | None) -> None:
+    chosen, _ = pick_victims_by_cost(residents, needed, NOW, MIN_RESIDENCY, 10.0)
+    assert chosen == victims
+
+
+def test_the_inflation_becomes_the_priority_of_the_last_victim() -> None:
+    residents = [costed("a", 100, uses=1), costed("b", 100, uses=3), costed("c", 100, uses=9)]
+    chosen, inflation = pick_victims_by_cost(residents, 200 * MiB, NOW, MIN_RESIDENCY, 10.0)
+    assert chosen == ["a", "b"]
+    assert inflation == pytest.approx(eviction_priority(residents[1], 10.0))
+    assert inflation == pytest.approx(10.0 + 4 * 1.0 / 100)
+
+
+def test_the_inflation_is_kept_when_nothing_is_evicted() -> None:
+    assert pick_victims_by_cost([costed("a", 100)], 0, NOW, MIN_RESIDENCY, 7.0) == ([], 7.0)
+    assert pick_victims_by_cost([costed("a", 100, holds="busy")], 1, NOW, MIN_RESIDENCY,
+                                7.0) == (None, 7.0)
+
+
+def test_a_model_expected_far_s_away_counts_as_one_whose_next_use_is_unknown() -> None:
+    now = costed("m", 100, uses=9, load_s=2.0, next_use_s=0.0)
+    far = costed("m", 100, uses=9, load_s=2.0, next_use_s=600.0)
+    unknown = costed("m", 100, uses=9, load_s=2.0)
+    assert eviction_priority(unknown, 0.0) == pytest.approx(10 * 2.0 / 100)
+    assert eviction_priority(far, 0.0, far_s=600.0) == pytest.approx(10 * 2.0 / 100)
+    assert eviction_priority(now, 0.0, far_s=600.0) == pytest.approx(2 * 10 * 2.0 / 100)
+
+
+def test_resident_keeps_its_positional_form() -> None:
+    # what MemoryManager's tenants build today still builds: the new fields have defaults
+    plain = Resident("a", 100, 1.0, 0.0, "")
+    assert (plain.load_s, plain.uses, plain.next_use_s, plain.clock) == (0.0, 0, None, None)
 
 
 # --- budget_bytes and shortfall ---------------------------------------------------------------
