@@ -142,3 +142,18 @@ def _one_gap(chosen: Plan, gap: float) -> tuple[float, float, float]:
     if gap <= until:
         return 0.0, held + gap - start, 0.0
     return 1.0, held + until - start, 1.0
+
+
+def next_arrival_s(histogram: IdleHistogram, chosen: Plan, idle_for_s: float,
+                   settings: KeepAliveSettings = KeepAliveSettings()) -> float | None:
+    """Seconds until the model's next request is expected, `idle_for_s` after its last one
+    ended: its pre-warm time while that is ahead, else its median gap while that is ahead;
+    None with a young history or when the median has passed (overdue: nothing known)."""
+    if chosen.prewarm_after_s is not None and idle_for_s < chosen.prewarm_after_s:
+        return chosen.prewarm_after_s - idle_for_s
+    if histogram.count < settings.min_history:
+        return None
+    median = histogram.percentile(0.5)
+    if median is None or not math.isfinite(median) or idle_for_s >= median:
+        return None
+    return median - idle_for_s

@@ -19,6 +19,7 @@ from snoozeml.engine.keepalive.policy import (
     KeepAliveSettings,
     Plan,
     expected,
+    next_arrival_s,
     plan,
 )
 
@@ -154,3 +155,22 @@ def test_expected_cost_of_a_plan(chosen: Plan, gaps: list[float], cold: float, i
 
 def test_expected_of_an_empty_histogram_is_nothing() -> None:
     assert expected(Plan(60.0, None, None, "x"), IdleHistogram()).cold == 0.0
+
+
+NEXT_CASES = [
+    pytest.param([100.0] * 10, Plan(0.0, 90.0, 110.0, "learned"), 30.0, 60.0,
+                 id="before-its-pre-warm-the-pre-warm-time"),
+    pytest.param([100.0] * 10, Plan(600.0, None, None, "x"), 30.0,
+                 upper_edge(bin_of(100.0)) - 30.0, id="else-the-median-gap-ahead"),
+    pytest.param([100.0] * 10, Plan(600.0, None, None, "x"), 200.0, None,
+                 id="overdue-unknown"),
+    pytest.param([100.0] * 9, Plan(600.0, None, None, "x"), 30.0, None,
+                 id="young-unknown"),
+]
+
+
+@pytest.mark.parametrize(("gaps", "chosen", "idle_for", "ahead"), NEXT_CASES)
+def test_next_arrival(gaps: list[float], chosen: Plan, idle_for: float,
+                      ahead: float | None) -> None:
+    assert next_arrival_s(filled(gaps), chosen, idle_for) == (
+        None if ahead is None else pytest.approx(ahead))
