@@ -83,6 +83,10 @@ SCENARIOS: dict[str, Scenario] = {
         "tabular", "RandomForest (skl2onnx defaults) at c64 vs MLServer's sklearn runtime "
         "and the in-process ceiling (issue 33)", "~3 min",
         {"duration": 10.0, "warm_up": 2.0, "concurrency": [64]}),
+    "keepalive": Scenario(
+        "keepalive", "fixed vs adaptive keep-alive, LRU vs cost-aware eviction, on a seeded "
+        "Azure-like trace of 60 models over 12 h, simulated; a slice replayed live (issue 34)",
+        "~3 min", {}, ("simulation", "replay"), wrk=False),
     "http_servers": Scenario(
         "http_servers", "one JSON inference under uvicorn, granian and the daemon's own "
         "protocol (issue 19)", "~2 min",
