@@ -37,6 +37,16 @@ class IdleTimer:
             return None
         return max(self.last_touch + self.timeout - self._clock.now(), 0.0)
 
+    def retime(self, timeout: float | None) -> None:
+        """Expire `timeout` seconds after the same last touch (the adaptive keep-alive's plan
+        changes it after each request): the timer is armed for the new moment (at once when
+        it is past), or disarmed for None. The owner ignores an expiry while it is busy."""
+        if timeout == self.timeout:
+            return
+        self.timeout = timeout
+        self.cancel()
+        self._arm(self.remaining())
+
     def cancel(self) -> None:
         timer, self._timer = self._timer, None
         if timer is not None:

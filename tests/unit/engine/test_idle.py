@@ -81,3 +81,33 @@ def test_without_a_timeout_nothing_is_armed_and_nothing_expires() -> None:
     assert clock.armed == []
     assert expiries.at == []
     assert timer.remaining() is None
+
+
+def test_a_shorter_timeout_moves_the_armed_timer_earlier_and_a_longer_one_later() -> None:
+    clock = FakeClock()
+    timer, expiries = timer_on(clock, 30.0)
+    timer.touch()
+    clock.advance(5.0)
+    timer.retime(10.0)  # from the same touch: due at 10, not 30
+    assert len(clock.armed) == 1
+    clock.advance(5.0)
+    assert expiries.at == [10.0]
+    timer.touch()  # t=10
+    timer.retime(60.0)
+    clock.advance(59.0)
+    assert expiries.at == [10.0]
+    clock.advance(1.0)
+    assert expiries.at == [10.0, 70.0]
+
+
+def test_retiming_to_never_disarms_and_back_arms_from_the_last_touch() -> None:
+    clock = FakeClock()
+    timer, expiries = timer_on(clock, 30.0)
+    timer.touch()
+    timer.retime(None)
+    assert clock.armed == []
+    assert timer.remaining() is None
+    clock.advance(100.0)
+    timer.retime(0.0)  # long past due: at once
+    clock.advance(0.0)
+    assert expiries.at == [100.0]
