@@ -13,6 +13,7 @@ from snoozeml.engine.memory.probes import process_rss
 from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
+    KeepAliveSnapshot,
     ModelSnapshot,
     ReplicaSnapshot,
     ScalingSnapshot,
@@ -121,6 +122,24 @@ def _model(model: ModelSnapshot) -> dict[str, Any]:
         "requests": model.requests,
         "errors": model.errors,
         "batching": _batching(model.batching),
+        "keep_alive": _keep_alive(model.keep_alive) if model.keep_alive else None,
+    }
+
+
+def _keep_alive(keep: KeepAliveSnapshot) -> dict[str, Any]:
+    return {
+        "mode": keep.mode,
+        "reason": keep.reason,
+        "unload_after_s": keep.unload_after_s,
+        "prewarm_after_s": keep.prewarm_after_s,
+        "keep_until_s": keep.keep_until_s,
+        "prewarm_at": iso_time(keep.prewarm_at),
+        "next_arrival_at": iso_time(keep.next_arrival_at),
+        "history": keep.history,
+        "loaded_by": keep.loaded_by,
+        "prewarms": {"used": keep.prewarms_used, "wasted": keep.prewarms_wasted,
+                     "skipped": keep.prewarms_skipped},
+        "idle_memory_byte_seconds": round(keep.idle_memory_byte_seconds, 3),
     }
 
 

@@ -6,8 +6,9 @@ its unload waits here (`drained`) for the last one to end.
 
 Invariants:
 - Each lease counts once on the model (`held`) and once on its replica (`Replica.in_flight`).
-- The idle timer is touched when the last lease ends (and by the model after a load): it
-  measures from the end of the last lease.
+- The keep-alive (engine/keepalive/keeper.py) hears when the last lease ends: it touches the
+  idle timer, which measures from the end of the last lease (the model touches it after a
+  load too).
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ import asyncio
 
 from snoozeml.engine.clock import Clock
 from snoozeml.engine.events import EventBus, ModelIdle
-from snoozeml.engine.idle import IdleTimer
+from snoozeml.engine.keepalive.keeper import KeepAlive
 from snoozeml.engine.replicas.pool import ReplicaSet
 from snoozeml.engine.replicas.replica import Replica
 
 
 class Leases:
-    __slots__ = ("_clock", "_drained", "_events", "_idle", "_model", "_replicas",
+    __slots__ = ("_clock", "_drained", "_events", "_keep", "_model", "_replicas",
                  "awaiting_load", "held", "last_used")
 
     def __init__(
-        self, model: str, replicas: ReplicaSet, events: EventBus, clock: Clock, idle: IdleTimer
+        self, model: str, replicas: ReplicaSet, events: EventBus, clock: Clock, keep: KeepAlive
     ) -> None:
         self.held = 0  # leases held now, on all the model's replicas
         # Requests waiting on a load: the model they load is not idle before they take their
@@ -37,7 +38,7 @@ class Leases:
         self._replicas = replicas
         self._events = events
         self._clock = clock
-        self._idle = idle
+        self._keep = keep
         self._drained: asyncio.Event | None = None
 
     def take(self) -> Replica:
@@ -48,14 +49,14 @@ class Leases:
         return replica
 
     def release(self, replica: Replica) -> None:
-        """End a lease. The last one to end starts the idle timer."""
+        """End a lease. The last one to end starts the idle timer (through the keep-alive)."""
         replica.in_flight -= 1
         if replica.drained is not None and not replica.in_flight:
             replica.drained.set()
         self.held -= 1
         self.last_used = self._clock.wall()
         if self.held == 0:
-            self._idle.touch()
+            self._keep.ended()
             if self._drained is not None:
                 self._drained.set()
             self._events.publish(ModelIdle(self._model))

@@ -40,6 +40,8 @@ from snoozeml.engine.events import (
     Unloaded,
 )
 from snoozeml.engine.idle import IdleTimer
+from snoozeml.engine.keepalive.histogram import IdleHistogram
+from snoozeml.engine.keepalive.keeper import KeepAlive, PrewarmBudget
 from snoozeml.engine.leases import Leases
 from snoozeml.engine.lifecycle import Event, LoadFailures, State, transition
 from snoozeml.engine.memory.budgets import Resident
@@ -63,19 +65,23 @@ class Lease:
     may load the model first; leaving the block, normally, by an error or by cancellation,
     ends it. A lease that was never taken (its load failed or was cancelled) holds nothing."""
 
-    __slots__ = ("_load", "_model", "replica")
+    __slots__ = ("_cause", "_model", "replica")
 
-    def __init__(self, model: Model, load: bool = False) -> None:
+    def __init__(self, model: Model, cause: str = "") -> None:
         self._model = model
-        self._load = load  # an explicit load, which loads even a model that is not on_demand
+        # "": a request. Else an explicit load's cause (keepalive/events.py), which loads
+        # even a model that is not on_demand, and is no arrival of the keep-alive's.
+        self._cause = cause
         self.replica: Replica | None = None
 
     async def __aenter__(self) -> Replica:
         model = self._model
+        if not self._cause:
+            model.keep.arrived()
         if model._state is State.READY:  # the hot path: no coroutine more
             self.replica = model._leases.take()
         else:
-            self.replica = await model._acquire_slow(self._load)
+            self.replica = await model._acquire_slow(self._cause)
         return self.replica
 
     async def __aexit__(
@@ -94,7 +100,8 @@ class Model:
 
     def __init__(
         self, spec: ModelConfig, replicas: ReplicaSet, events: EventBus, clock: Clock,
-        on_demand: bool = True,
+        on_demand: bool = True, prewarms: PrewarmBudget | None = None,
+        history: IdleHistogram | None = None,
     ) -> None:
         self.spec = spec
         # False: loaded only when its owner asks (`load()`), never by a request (ModelMesh's
@@ -113,7 +120,10 @@ class Model:
         self._loaded_at = clock.now()
         self._idle = IdleTimer(clock, spec.idle_timeout if spec.replicas.min == 0 else None,
                                self._on_idle)
-        self._leases = Leases(self.name, replicas, events, clock, self._idle)
+        self._load_cause = "request"  # the running (or last) load's
+        self.keep = KeepAlive(spec, clock, events, self._idle, prewarms or PrewarmBudget(clock),
+                              self, history)
+        self._leases = Leases(self.name, replicas, events, clock, self.keep)
         self.steps = ReplicaSteps(self.name, replicas, events,
                                   lambda: self._state is State.READY)
         # Removed from the manager (a model added at run time, unloaded for good): no load
@@ -200,14 +210,17 @@ class Model:
             holds = "pinned"
         else:
             holds = ""
-        return Resident(self.name, size, self._idle.last_touch, self._loaded_at, holds)
+        keep = self.keep
+        return Resident(self.name, size, self._idle.last_touch, self._loaded_at, holds,
+                        keep.load_s, keep.uses, keep.next_use_s(now))
 
     # --- leases ----------------------------------------------------------------------------
 
     def lease(self) -> Lease:
         return Lease(self)
 
-    async def _acquire_slow(self, load: bool = False) -> Replica:
+    async def _acquire_slow(self, cause: str = "") -> Replica:
+        load = bool(cause)
         timeout = self.spec.load_timeout
         if timeout is None:
             timeout = DEFAULT_LOAD_TIMEOUT
@@ -227,9 +240,9 @@ class Model:
                 refusal = self._failures.refusal(self.name, self._clock.now())
                 if refusal is not None:
                     raise refusal
-                self._start_load()
+                self._start_load(cause or "request")
             elif state is State.UNLOADED:
-                self._start_load()
+                self._start_load(cause or "request")
             assert self._load_task is not None
             remaining = deadline - self._clock.now()
             try:
@@ -245,6 +258,8 @@ class Model:
                     f"model {self.name!r} is still loading after {timeout:g}s (its load_timeout)",
                     retry_after=5.0
                 ) from None
+            if aborted is not None and self._load_cause == "prewarm" and self._load_cause != cause:
+                continue  # a pre-warm gives way at once; this load may wait for memory
             if aborted is not None and (load or self.on_demand):
                 raise aborted  # else the loop finds the model not present: not found
 
@@ -265,24 +280,35 @@ class Model:
     async def predict_size(self) -> None:
         await self.replicas.predict_size()
 
-    def _start_load(self) -> None:
+    def _start_load(self, cause: str, spare_within: float | None = None) -> None:
         self._reason = ""
+        self._load_cause = cause
         self._move(Event.LOAD)
-        self._load_task = asyncio.get_running_loop().create_task(self._load())
+        self._load_task = asyncio.get_running_loop().create_task(self._load(spare_within))
 
-    async def _load(self) -> SnoozeError | None:
+    def start_prewarm(self, spare_within: float | None) -> None:
+        """The keep-alive's pre-warm: a load that takes only room it can have at once, never
+        from a busy model nor from one expected back within `spare_within` seconds."""
+        self._start_load("prewarm", spare_within)
+
+    async def _load(self, spare_within: float | None = None) -> SnoozeError | None:
         """The load task. Returns the error for a load aborted for lack of memory (the model
         goes back to UNLOADED); any other failure leaves the model FAILED."""
         started = self._clock.now()
+        prewarm = self._load_cause == "prewarm"
         try:
-            replica = await self.replicas.add()
+            replica = await (self.replicas.add(wait=False, spare_within=spare_within)
+                             if prewarm else self.replicas.add())
         except MemoryExhausted as exc:
             self._reason = "memory"
             self._move(Event.LOAD_ABORTED)
-            self._events.publish(LoadDeferred(self.name, exc.message))
+            self.keep.load_failed("memory")
+            if not prewarm:  # a pre-warm's is a Prewarm skipped
+                self._events.publish(LoadDeferred(self.name, exc.message))
             return exc
         except Exception as exc:
             self._fail_load(exc, self._clock.now() - started)
+            self.keep.load_failed("load_failed")
             return None
         except asyncio.CancelledError:  # abandon_load, at shutdown
             self._fail_load(LoadTimeout("the load was abandoned: the daemon is stopping"),
@@ -293,7 +319,7 @@ class Model:
         self._reason = ""
         self._loaded_at = self._clock.now()
         self._move(Event.LOADED)
-        self._idle.touch()
+        self.keep.loaded(self._load_cause, self._loaded_at - started)  # touches the idle timer
         return None
 
     def _fail_load(self, exc: Exception, seconds: float) -> None:
@@ -309,13 +335,14 @@ class Model:
             task.cancel()
             await asyncio.wait({task})
 
-    async def load(self) -> None:
-        """Load now (an explicit request): a FAILED model is retried without its backoff.
-        Brings up `replicas.min` replicas (at least one); a replica beyond the first that
-        cannot be added leaves the model serving on the ones it has."""
+    async def load(self, cause: str = "explicit") -> None:
+        """Load now (an explicit request; `cause` as keepalive/events.py says): a FAILED model
+        is retried without its backoff. Brings up `replicas.min` replicas (at least one); a
+        replica beyond the first that cannot be added leaves the model serving on the ones
+        it has."""
         if self._state is State.FAILED:
             self._failures.skip_backoff()
-        async with Lease(self, load=True):
+        async with Lease(self, cause if self.on_demand else "modelmesh"):
             pass
         await self.steps.fill(self.spec.replicas.min)
 
@@ -355,6 +382,7 @@ class Model:
         try:
             self._move(Event.UNLOAD)
             self._idle.cancel()
+            self.keep.unloading()
             await self._leases.drained()
             try:
                 async with self.steps.lock:  # a replica being added or drained finishes first

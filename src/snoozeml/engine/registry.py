@@ -17,8 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from snoozeml.config.settings import Config, ModelConfig, default_cache_dir
-from snoozeml.engine.clock import Clock, LoopClock
+from snoozeml.engine.clock import Clock, LoopClock, Timer
 from snoozeml.engine.events import EventBus, ModelAdded, ModelRemoved
+from snoozeml.engine.keepalive.keeper import PrewarmBudget
+from snoozeml.engine.keepalive.store import (
+    FILE_NAME,
+    SAVE_EVERY_S,
+    histories_json,
+    read_histories,
+    write_histories,
+)
 from snoozeml.engine.memory.budgets import MemoryManager
 from snoozeml.engine.memory.probes import MemoryProbe, SystemProbe
 from snoozeml.engine.model import Model
@@ -44,12 +52,20 @@ class ModelManager:
         self.clock = clock or LoopClock()
         # Loads and unloads run here, off the event loop; inference has its own threads.
         self.loader = ThreadPoolExecutor(4, thread_name_prefix="snooze-load")
+        cache_dir = config.server.cache_dir or default_cache_dir()
         if backend_factory is None:
-            cache_dir = config.server.cache_dir or default_cache_dir()
             backend_factory = partial(backend_for, cache_dir=cache_dir)
         probe = probe or SystemProbe()
+        # Any adaptive keep-alive: its histories kept across restarts, eviction by cost.
+        adaptive = "adaptive" in (config.server.keep_alive,
+                                  *(spec.keep_alive for spec in config.models))
         self.memory = MemoryManager(config.server, probe, self._tenants, self.events,
-                                    self.clock.now)
+                                    self.clock.now, cost_aware=adaptive)
+        self.prewarms = PrewarmBudget(self.clock)  # every model's, together
+        self.history_path = cache_dir / FILE_NAME if adaptive else None
+        self._histories = read_histories(self.history_path) if self.history_path else {}
+        self._save_timer: Timer | None = None
+        self.saving: asyncio.Future[None] | None = None  # the last periodic write
         self._backend_factory = backend_factory
         self._gpus = probe.gpus()
         self.models: dict[str, Model] = {}
@@ -74,7 +90,8 @@ class ModelManager:
         ]
         replicas = ReplicaSet(spec, backend, placements, self.loader, self.memory,
                               self.events, self.clock)
-        return Model(spec, replicas, self.events, self.clock, on_demand)
+        return Model(spec, replicas, self.events, self.clock, on_demand, self.prewarms,
+                     self._histories.get(spec.name))
 
     def _tenants(self) -> list[Model]:
         return [*self.models.values(), *self._leaving_models.values()]
@@ -100,6 +117,8 @@ class ModelManager:
         model = self.models.pop(name)
         origin = self.origins.pop(name)
         model.retired = True
+        model.keep.retire()
+        self._histories[name] = model.keep.history  # a model added again goes on from it
         self._leaving_models[name] = model
         task = self.leaving[name] = asyncio.get_running_loop().create_task(
             self._remove(model, origin))
@@ -138,6 +157,7 @@ class ModelManager:
         """Load the `preload = true` models and those kept loaded (`replicas.min` > 0), read
         every model's predicted size, in the background; start the autoscaler."""
         self.autoscaler.start()
+        self._save_later()
         for model in self.models.values():
             if model.spec.preload or model.spec.replicas.min > 0:
                 self._preloads.append(asyncio.create_task(self._preload(model)))
@@ -153,15 +173,38 @@ class ModelManager:
 
     async def _preload(self, model: Model) -> None:
         try:
-            await model.load()
+            await model.load("preload")
         except SnoozeError as exc:
             log_event("preload_failed", logging.WARNING, model=model.name, error=exc.message)
         except Exception as exc:  # boundary of a background task
             log_event("preload_failed", logging.ERROR, model=model.name,
                       error=describe_exception(exc))
 
+    # --- the keep-alive's histories ----------------------------------------------------------
+
+    def histories_text(self) -> str:
+        """Every model's idle-gap history (those removed at run time too) as the file's text."""
+        histories = dict(self._histories)
+        histories.update((name, model.keep.history) for name, model in self.models.items())
+        return histories_json(histories)
+
+    def _save_later(self) -> None:
+        if self.history_path is not None:
+            self._save_timer = self.clock.call_later(SAVE_EVERY_S, self._save_now)
+
+    def _save_now(self) -> None:
+        assert self.history_path is not None
+        self.saving = asyncio.get_running_loop().run_in_executor(
+            self.loader, write_histories, self.history_path, self.histories_text())
+        self._save_later()
+
     async def shutdown(self) -> None:
-        """Stop scaling, unload every model (reason `shutdown`) and stop the loader threads."""
+        """Stop scaling, unload every model (reason `shutdown`) and stop the loader threads;
+        write the keep-alive's histories."""
+        if self._save_timer is not None:
+            self._save_timer.cancel()
+        for model in self.models.values():
+            model.keep.retire()
         await self.autoscaler.stop()
         # The listeners have stopped, so nobody waits for a load any more: a load still
         # running (one that hangs, say) must not hold the exit up to its load_timeout.
@@ -184,3 +227,5 @@ class ModelManager:
         await asyncio.gather(*(model.replicas.finish_background()
                                for model in self.models.values()))
         self.loader.shutdown(wait=True)
+        if self.history_path is not None:
+            write_histories(self.history_path, self.histories_text())

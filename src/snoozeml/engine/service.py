@@ -19,6 +19,7 @@ from snoozeml.engine.observe.counters import Counters
 from snoozeml.engine.observe.recent import RecentEvents
 from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
+    KeepAliveSnapshot,
     ModelSnapshot,
     ReplicaSnapshot,
     ScalingSnapshot,
@@ -257,6 +258,28 @@ class InferenceService:
                 queue_full=counters.queue_full,
                 dropped=counters.dropped,
             ),
+            keep_alive=self._keep_alive_snapshot(model, now),
+        )
+
+    def _keep_alive_snapshot(self, model: Model, now: float) -> KeepAliveSnapshot:
+        keep = model.keep
+        mono = self.manager.clock.now()
+        chosen = keep.plan if keep.adaptive else None
+        next_use = keep.next_use_s(mono)
+        return KeepAliveSnapshot(
+            mode="adaptive" if keep.adaptive else "fixed",
+            reason=chosen.reason if chosen else None,
+            unload_after_s=chosen.unload_after_s if chosen else None,
+            prewarm_after_s=chosen.prewarm_after_s if chosen else None,
+            keep_until_s=chosen.keep_until_s if chosen else None,
+            prewarm_at=now + keep.prewarm_at - mono if keep.prewarm_at is not None else None,
+            next_arrival_at=now + next_use if next_use is not None else None,
+            history=keep.history.count,
+            loaded_by=keep.loaded_by or None,
+            prewarms_used=keep.prewarms["used"],
+            prewarms_wasted=keep.prewarms["wasted"],
+            prewarms_skipped=keep.prewarms["skipped"],
+            idle_memory_byte_seconds=keep.idle_memory(mono),
         )
 
 

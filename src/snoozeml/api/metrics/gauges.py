@@ -57,11 +57,15 @@ class _Sums:
     replicas: int = 0
     states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
     memory: dict[str, int] = field(default_factory=dict)  # device -> bytes
+    idle_byte_seconds: float = 0.0
 
 
 def gauge_families(snapshot: StatusSnapshot | None, labels: ModelLabels) -> list[Metric]:
     """The gauge families for `snapshot` (None: the families without samples)."""
-    from prometheus_client.metrics_core import GaugeMetricFamily  # by the first scrape
+    from prometheus_client.metrics_core import (  # by the first scrape
+        CounterMetricFamily,
+        GaugeMetricFamily,
+    )
 
     queue = GaugeMetricFamily("snooze_queue_depth", "Requests waiting in the model's batch "
                               "queues, not running yet.", labels=("model",))
@@ -78,7 +82,10 @@ def gauge_families(snapshot: StatusSnapshot | None, labels: ModelLabels) -> list
                                "budget of the device.", labels=("device",))
     used = GaugeMetricFamily("snooze_device_memory_used_bytes", "Memory the models hold on the "
                              "device, loaded or unloading.", labels=("device",))
-    families: list[Metric] = [queue, in_flight, state, replicas, memory, budget, used]
+    idle = CounterMetricFamily("snooze_idle_memory_byte_seconds", "Memory-time the model held "
+                               "loaded with no request: bytes times seconds, summed since "
+                               "start (divide by 2^20 for MiB-seconds).", labels=("model",))
+    families: list[Metric] = [queue, in_flight, state, replicas, memory, budget, used, idle]
     if snapshot is None:
         return families
 
@@ -88,6 +95,8 @@ def gauge_families(snapshot: StatusSnapshot | None, labels: ModelLabels) -> list
         mine.queued += model.queued
         mine.in_flight += model.in_flight
         mine.states[model.state] = mine.states.get(model.state, 0) + 1
+        if model.keep_alive is not None:
+            mine.idle_byte_seconds += model.keep_alive.idle_memory_byte_seconds
         for device in model.scaling.devices:
             mine.memory.setdefault(device, 0)
         fallback = model.predicted_bytes or 0
@@ -101,6 +110,7 @@ def gauge_families(snapshot: StatusSnapshot | None, labels: ModelLabels) -> list
         queue.add_metric((label,), mine.queued)
         in_flight.add_metric((label,), mine.in_flight)
         replicas.add_metric((label,), mine.replicas)
+        idle.add_metric((label,), mine.idle_byte_seconds)
         for name, count in mine.states.items():
             state.add_metric((label, name), count)
         for device, held in sorted(mine.memory.items()):

@@ -56,6 +56,7 @@ from snoozeml.engine.events import (
     RequestFinished,
     Unloaded,
 )
+from snoozeml.engine.keepalive.events import ColdStart, Prewarm
 from snoozeml.engine.observe.snapshots import StatusSnapshot
 
 if TYPE_CHECKING:
@@ -115,6 +116,8 @@ class EventSums:
             RequestDropped: lambda e: count(sums.queue_drops, (model(e.model), "client_gone")),
             Evicting: lambda e: count(sums.evictions, "memory_pressure", len(e.victims)),
             OomRetry: lambda e: count(sums.evictions, "oom", len(e.victims)),
+            ColdStart: lambda e: count(sums.cold_starts, (model(e.model), e.cause)),
+            Prewarm: self._prewarm,
             ModelAdded: self._added,
             ModelRemoved: self._removed,
         })
@@ -149,6 +152,10 @@ class EventSums:
             queue.observe(seconds)
         run.observe(event.run_seconds)
         rows.observe(event.rows)
+
+    def _prewarm(self, event: Prewarm) -> None:
+        if event.outcome != "started":
+            count_in(self.sums.prewarms, (self._model(event.model), event.outcome))
 
     def _loaded(self, event: LoadFinished) -> None:
         label = self._model(event.model)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from snoozeml.engine.keepalive.events import CAUSES, PREWARM_OUTCOMES
 from snoozeml.operations import Operation
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ K = TypeVar("K")
 
 # The fields of Sums whose keys begin with a model label.
 _BY_MODEL = ("requests", "request_seconds", "queue_seconds", "run_seconds", "batch_rows",
-             "load_seconds", "loads", "unloads", "replica_events", "queue_drops")
+             "load_seconds", "loads", "unloads", "replica_events", "queue_drops", "cold_starts",
+             "prewarms")
 
 
 class Histogram:
@@ -81,6 +83,8 @@ class Sums:
     queue_drops: dict[tuple[str, str], int]
     auth_failures: dict[tuple[str, str], int]
     evictions: dict[str, int]
+    cold_starts: dict[tuple[str, str], int]
+    prewarms: dict[tuple[str, str], int]
 
     @classmethod
     def zero(cls, models: Sequence[str]) -> Sums:
@@ -101,6 +105,8 @@ class Sums:
             queue_drops=dict.fromkeys(_pairs(models, QUEUE_DROPS), 0),
             auth_failures=dict.fromkeys(_pairs(PROTOCOLS, AUTH_REASONS), 0),
             evictions=dict.fromkeys(EVICTION_REASONS, 0),
+            cold_starts=dict.fromkeys(_pairs(models, CAUSES), 0),
+            prewarms=dict.fromkeys(_pairs(models, PREWARM_OUTCOMES), 0),
         )
 
     def add_label(self, label: str) -> None:
@@ -128,6 +134,7 @@ class Sums:
             each(self.run_seconds), each(self.batch_rows), each(self.load_seconds),
             dict(self.loads), dict(self.unloads), dict(self.replica_events),
             dict(self.queue_drops), dict(self.auth_failures), dict(self.evictions),
+            dict(self.cold_starts), dict(self.prewarms),
         )
 
     def families(self) -> Iterator[Metric]:
@@ -172,6 +179,14 @@ class Sums:
         yield _counter("snooze_evictions", "Idle models unloaded to make room for another "
                        "(memory_pressure) or after an out-of-memory error (oom).", ("reason",),
                        self.evictions)
+        yield _counter("snooze_cold_starts", "Models loaded from cold (their first replica), "
+                       "by cause: a request found it unloaded (request), the adaptive "
+                       "keep-alive pre-warmed it (prewarm), an explicit load, preload at "
+                       "start, or ModelMesh placed it.", ("model", "cause"), self.cold_starts)
+        yield _counter("snooze_prewarms", "Pre-warms of the adaptive keep-alive that a request "
+                       "used, that nobody used before the model unloaded (wasted), or that "
+                       "never loaded (skipped: the pre-warm budget, memory).",
+                       ("model", "outcome"), self.prewarms)
 
 
 # --- helpers ----------------------------------------------------------------------------------

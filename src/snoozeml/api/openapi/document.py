@@ -34,6 +34,7 @@ from snoozeml.api.openapi.parts import (
     array,
     counts,
     get_op,
+    keep_alive_status,
     nullable,
     obj,
     post_op,
@@ -312,14 +313,14 @@ def _model_status() -> Schema:
         queued=COUNT, last_used=nullable(TIME), expires_at=nullable(TIME),
         idle_timeout_s=nullable(SECONDS), predicted_bytes=nullable(COUNT),
         measured_bytes=nullable(COUNT), resident_bytes=COUNT, last_load_ms=mean,
-        **counts("loads", "load_failures", "requests", "errors"), batching=batching)
+        **counts("loads", "load_failures", "requests", "errors"), batching=batching,
+        keep_alive=nullable(keep_alive_status()))
 
 
 def _admin_status() -> Schema:
     by_name = {"type": "object", "additionalProperties": COUNT}
     return obj(
-        server=obj(name=STR, version=STR, started_at=TIME, uptime_s=SECONDS,
-                    draining=BOOL),
+        server=obj(name=STR, version=STR, started_at=TIME, uptime_s=SECONDS, draining=BOOL),
         devices=array(obj(name=STR, **counts(
             "total_bytes", "budget_bytes", "used_bytes", "reserved_bytes",
             "process_bytes"))),

@@ -59,3 +59,13 @@ def get_op(op: Schema, suffix: str = "") -> Schema:
 
 def post_op(op: Schema, suffix: str = "") -> Schema:
     return {"post": {**op, "operationId": op["operationId"] + suffix}}
+
+
+def keep_alive_status() -> Schema:
+    """A model's `keep_alive` in /admin/status (api/status.py)."""
+    window = nullable(SECONDS)
+    return obj(mode={"enum": ["fixed", "adaptive"]}, reason=nullable(STR),
+               unload_after_s=window, prewarm_after_s=window, keep_until_s=window,
+               prewarm_at=nullable(TIME), next_arrival_at=nullable(TIME), history=COUNT,
+               loaded_by=nullable(STR), prewarms=obj(**counts("used", "wasted", "skipped")),
+               idle_memory_byte_seconds=SECONDS)

@@ -150,8 +150,14 @@ class MemoryManager:
         tenants: Callable[[], Iterable[Tenant]],
         events: EventBus,
         clock: Callable[[], float] = time.monotonic,
+        cost_aware: bool = False,
     ) -> None:
         memory = server.memory
+        # Victims by cost (pick_victims_by_cost) rather than least recently used: with any
+        # adaptive keep-alive (engine/registry.py), whose plans say when models are next used.
+        self.cost_aware = cost_aware
+        self._inflation: dict[str, float] = {}  # device -> Greedy-Dual's clock
+        self._clocks: dict[str, tuple[float, float]] = {}  # model -> (last_used, its clock)
         self.probe = probe
         self.memory_wait = memory.memory_wait
         self.min_residency = memory.min_residency
@@ -205,6 +211,7 @@ class MemoryManager:
     async def admission(
         self, name: str, device: str, resident: int, transient: int, *, wait: bool = True,
         colder_than: float | None = None, evict: bool = True,
+        spare_within: float | None = None,
     ) -> AsyncIterator[None]:
         """Hold room for a load of model `name` (peak = resident + transient) while it runs.
 
@@ -213,6 +220,7 @@ class MemoryManager:
         cannot fit. `colder_than` (monotonic seconds) spares every model used since then: a
         replica added for a spike evicts only models colder than the spike. Without `evict`,
         it takes only free room (an optional upgrade must not cost another model its place).
+        `spare_within` (seconds) spares every model expected back that soon (a pre-warm's).
         """
         device = self.device_key(device)
         budget = self.budgets[device]
@@ -227,7 +235,8 @@ class MemoryManager:
         lock = self._locks.setdefault(device, asyncio.Lock())
         async with lock:
             if evict:
-                await self._make_room(name, device, budget, peak, wait, colder_than)
+                await self._make_room(name, device, budget, peak, wait, colder_than,
+                                      spare_within)
             else:
                 self._only_free_room(name, device, peak)
             self._reserved[device] = (name, peak)
@@ -266,7 +275,7 @@ class MemoryManager:
 
     async def _make_room(
         self, name: str, device: str, budget: int, peak: int, wait: bool,
-        colder_than: float | None,
+        colder_than: float | None, spare_within: float | None = None,
     ) -> None:
         waits = self.memory_wait if wait else 0.0
         deadline = self._clock() + waits
@@ -276,8 +285,8 @@ class MemoryManager:
             missing = shortfall(used, peak, budget)
             if missing == 0:
                 return
-            residents = self._residents(device, exclude=name, colder_than=colder_than)
-            victims = pick_victims(residents, missing, self._clock(), self.min_residency)
+            residents = self._residents(device, name, colder_than, spare_within)
+            victims = self._victims(device, residents, missing)
             if victims:
                 self._events.publish(Evicting(name, device, missing, tuple(victims)))
                 await self._unload(victims, "memory_pressure")
@@ -290,10 +299,21 @@ class MemoryManager:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
 
+    def _victims(self, device: str, residents: list[Resident], missing: int) -> list[str] | None:
+        now = self._clock()
+        if not self.cost_aware:
+            return pick_victims(residents, missing, now, self.min_residency)
+        victims, inflation = pick_victims_by_cost(residents, missing, now, self.min_residency,
+                                                  self._inflation.get(device, 0.0))
+        self._inflation[device] = inflation
+        return victims
+
     def _residents(
-        self, device: str, exclude: str | None, colder_than: float | None = None
+        self, device: str, exclude: str | None, colder_than: float | None = None,
+        spare_within: float | None = None,
     ) -> list[Resident]:
         now = self._clock()
+        inflation = self._inflation.get(device, 0.0)
         found = []
         for tenant in self._tenants():
             if tenant.name == exclude:
@@ -304,6 +324,14 @@ class MemoryManager:
             if colder_than is not None and not resident.holds \
                     and resident.last_used >= colder_than:
                 resident = replace(resident, holds="used since the spike")
+            if spare_within is not None and not resident.holds \
+                    and resident.next_use_s is not None and resident.next_use_s <= spare_within:
+                resident = replace(resident, holds="expected back sooner")
+            if self.cost_aware:  # Greedy-Dual's clock at the model's last use
+                seen = self._clocks.get(tenant.name)
+                if seen is None or seen[0] != resident.last_used:
+                    seen = self._clocks[tenant.name] = (resident.last_used, inflation)
+                resident = replace(resident, clock=seen[1])
             found.append(resident)
         return found
 

@@ -30,6 +30,7 @@ from snoozeml.engine.events import (
     Unloaded,
     UpgradeDeferred,
 )
+from snoozeml.engine.keepalive.events import ColdStart, KeepAlivePlanned, Prewarm
 from snoozeml.logs import log_event
 
 
@@ -115,6 +116,32 @@ def _oom(event: OomRetry) -> None:
               evicting=",".join(event.victims) or "nothing")
 
 
+def _cold_start(event: ColdStart) -> None:
+    log_event("model_cold_start", logging.DEBUG, model=event.model, cause=event.cause,
+              ms=round(event.seconds * 1000.0, 1))
+
+
+def _prewarm(event: Prewarm) -> None:
+    if event.outcome == "started":
+        log_event("prewarm", model=event.model)
+    elif event.outcome == "skipped":
+        log_event("prewarm_skipped", model=event.model, reason=event.detail)
+    else:  # used, wasted
+        log_event("prewarm_used" if event.outcome == "used" else "prewarm_wasted",
+                  model=event.model)
+
+
+def _planned(event: KeepAlivePlanned) -> None:
+    log_event("keep_alive_plan", model=event.model, reason=event.reason,
+              unload_after_s=_seconds(event.unload_after_s),
+              prewarm_after_s=_seconds(event.prewarm_after_s),
+              keep_until_s=_seconds(event.keep_until_s))
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def _batching_disabled(event: BatchingDisabled) -> None:
     log_event("batching_disabled", logging.WARNING, model=event.model, reason=event.reason)
 
@@ -159,6 +186,9 @@ _LINES: dict[type[EngineEvent], Callable[[Any], None]] = {  # one line per kind
     ReplicaDraining: _replica_draining,
     ReplicaRemoved: _replica_removed,
     ReplicaFailed: _replica_failed,
+    ColdStart: _cold_start,
+    Prewarm: _prewarm,
+    KeepAlivePlanned: _planned,
     BatchingDisabled: _batching_disabled,
     InlineDisabled: _inline_disabled,
     RequestFinished: _request,

@@ -82,6 +82,26 @@ class BatchingSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class KeepAliveSnapshot:
+    """What the model's keep-alive decided (engine/keepalive/keeper.py). The windows count
+    from the end of the model's last request; all None for a fixed one."""
+
+    mode: str  # "fixed" or "adaptive"
+    reason: str | None  # the plan's: "learned", "fallback: ...", "pinned"; None when fixed
+    unload_after_s: float | None
+    prewarm_after_s: float | None
+    keep_until_s: float | None
+    prewarm_at: float | None  # epoch seconds of the armed pre-warm
+    next_arrival_at: float | None  # epoch seconds the next request is likely at
+    history: int  # idle gaps recorded
+    loaded_by: str | None  # the last load's cause: request, prewarm, explicit, preload, ...
+    prewarms_used: int
+    prewarms_wasted: int
+    prewarms_skipped: int
+    idle_memory_byte_seconds: float  # held loaded and idle, ever
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSnapshot:
     name: str
     origin: str  # config (models.toml), repository or modelmesh (added at run time)
@@ -106,6 +126,7 @@ class ModelSnapshot:
     requests: int
     errors: int
     batching: BatchingSnapshot
+    keep_alive: KeepAliveSnapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)

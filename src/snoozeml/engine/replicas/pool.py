@@ -165,9 +165,11 @@ class ReplicaSet:
 
     # --- loading -------------------------------------------------------------------------------
 
-    async def add(self, *, wait: bool = True, colder_than: float | None = None) -> Replica:
+    async def add(self, *, wait: bool = True, colder_than: float | None = None,
+                  spare_within: float | None = None) -> Replica:
         """Load one more replica on the placement with the most free memory: admitted by the
-        memory manager (`wait` and `colder_than` as in `admission`), measured, running.
+        memory manager (`wait`, `colder_than`, `spare_within` as in `admission`), measured,
+        running.
         Raises ModelTooLarge or MemoryExhausted when it cannot fit, or the backend's error."""
         loop = asyncio.get_running_loop()
         await self.predict_size()
@@ -187,8 +189,8 @@ class ReplicaSet:
         self._next_index += 1
         try:
             async with self._memory.admission(self.name, placement.memory, resident,
-                                              transient, wait=wait,
-                                              colder_than=colder_than):
+                                              transient, wait=wait, colder_than=colder_than,
+                                              spare_within=spare_within):
                 # Timed from here: waiting for the device is not loading.
                 self.loading[index] = placement.memory
                 started = self._clock.now()
