@@ -73,7 +73,7 @@ SCENARIOS: dict[str, Scenario] = {
         {"duration": 20.0, "warm_up": 5.0, "rounds": 3, "concurrency": [32]}),
     "rerank": Scenario(
         "rerank", "MiniLM cross-encoder pairs/s, 32 documents a request at c16: /v1/rerank "
-        "and /rerank vs infinity vs CrossEncoder.predict (issue 32)", "~8 min",
+        "and /rerank vs infinity vs CrossEncoder.predict (issue 32)", "~7 min",
         {"duration": 20.0, "warm_up": 8.0, "rounds": 3, "concurrency": [16]}, wrk=False),
     "images": Scenario(
         "images", "MobileNetV3-Small fed 640x480 JPEGs over binary HTTP at c16 vs the "

@@ -24,8 +24,9 @@ run stops. Load: ``scenarios/rerank/load.py``, a closed loop of ``--concurrency`
 (answers take seconds here, which wrk's separate warm-up run handles badly: see its
 docstring), ``--warm-up`` then ``--duration`` seconds measured in one run, then drained.
 Routes and ceilings (``--ceiling-duration`` seconds each) alternate within each of
-``--rounds`` rounds. Pairs/s = requests answered in the window * documents / the window; the
-report gives medians and the ratios paired within each round, with p50/p99, errors and the CPU
+``--rounds`` rounds. Pairs/s = documents * the requests of the run, each counted for the
+share of its time inside the window, / the window (load.py's ``shared_count``); the report
+gives medians and the ratios paired within each round, with p50/p99, errors and the CPU
 of each server, the client and the rest of the machine.
 """
 

@@ -8,12 +8,13 @@ wrk doesn't suit these: at 16 requests of 32 pairs a MiniLM cross-encoder on one
 a request in seconds, so a separate warm-up run leaves a server seconds of abandoned work that
 falls into the measured run, and a measured run that starts from an idle server ends with
 seconds of work in flight that it doesn't count. Here warm-up and measurement are one run,
-and a request counts when its answer arrives within the measured window.
+and every request counts for the share of its time that falls within the measured window.
 
 It prints ``start`` and ``end`` when the window opens and closes (the caller reads CPU
 counters then), and at the end one JSON line: ``requests`` (answered within the window),
-``duration_s``, ``requests_per_s`` (their count over the window), ``paced_requests_per_s``
-(between the window's first and last answers: see ``paced_rate``), ``p50_ms``, ``p99_ms``,
+``duration_s``, ``requests_per_s`` (their count over the window), ``shared_requests_per_s``
+(each request counted for its share of time in the window: ``shared_count``), ``p50_ms``,
+``p99_ms``,
 ``max_ms`` (of those), ``errors`` (non-200 answers and failures over the whole run),
 ``first_error``, ``total`` (every request) and ``drain_s`` (from the window's end to the last
 answer).
@@ -40,22 +41,17 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
 
 
-def paced_rate(answered: list[float], together_s: float = 0.05) -> float:
-    """Requests/s between the window's first and last answers: the answers after the first
-    group, over the time from the first group to the last. Answers less than ``together_s``
-    apart are one group (a batch's answers leave together), so a server that answers four
-    requests at a time is measured between its batches, not rounded to whole batches by the
-    window's edges. NaN with fewer than two groups."""
-    if not answered:
-        return float("nan")
-    first_end = 0
-    while first_end + 1 < len(answered) and answered[first_end + 1] - answered[first_end] \
-            < together_s:
-        first_end += 1
-    span = answered[-1] - answered[first_end]
-    if first_end + 1 >= len(answered) or span <= 0:
-        return float("nan")
-    return (len(answered) - first_end - 1) / span
+def shared_count(records: list[tuple[float, float, bool]], opens: float,
+                 closes: float) -> float:
+    """Requests answered within the window, each counted for the share of its time (sent to
+    answered) that falls inside it. For a closed loop this is the clients times the window
+    over the mean latency (Little's law): it doesn't round to whole batches of answers at the
+    window's edges, as a count of answers does when a server answers 16 requests at once."""
+    total = 0.0
+    for sent, answered, _ in records:
+        if answered > sent:
+            total += max(0.0, min(answered, closes) - max(sent, opens)) / (answered - sent)
+    return total
 
 
 async def drive(url: str, bodies: list[bytes], connections: int, warm_up_s: float,
@@ -94,11 +90,10 @@ async def drive(url: str, bodies: list[bytes], connections: int, warm_up_s: floa
 
         await asyncio.gather(marks(), *(one_client() for _ in range(connections)))
     inside = [(a - s) * 1000 for s, a, ok in records if ok and opens <= a < closes]
-    answered = sorted(a for _, a, ok in records if ok and opens <= a < closes)
     return {
         "requests": len(inside), "duration_s": duration_s,
         "requests_per_s": len(inside) / duration_s,
-        "paced_requests_per_s": paced_rate(answered),
+        "shared_requests_per_s": shared_count(records, opens, closes) / duration_s,
         "p50_ms": percentile(inside, 0.50), "p99_ms": percentile(inside, 0.99),
         "max_ms": max(inside, default=float("nan")),
         "errors": len(errors), "first_error": errors[0] if errors else None,

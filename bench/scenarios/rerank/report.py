@@ -60,7 +60,7 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
         f"{args.rounds} round(s); each route: c{args.concurrency[0]} clients of "
         f"`scenarios/rerank/load.py` (closed loop, one JSON body per line of a file in turn), "
         f"{args.warm_up:g} s warm-up then {args.duration:g} s measured in the same run "
-        "(a request counts when its answer arrives within the window), then drained; "
+        "(each request counted for the share of its time inside the window), then drained; "
         "routes and ceilings alternate, the order reversed every other round",
         f"requests: {setting.requests} distinct, each a short query and {args.documents} "
         f"documents of the embeddings corpus ({args.sentences} sentences); pairs of "
@@ -118,12 +118,13 @@ def report(header: list[str], runs: Sequence[Run], ceilings: Sequence[CeilingRun
     others = [r.other_cpu_s / r.duration_s for r in runs]
     lines += [
         "",
-        f"*pairs/s*: requests answered per second between the window's first and last answers "
-        f"(answers less than 50 ms apart are one group: a batch's answers leave together) times "
-        f"{args.documents}, median (min to max) over rounds; *pairs/s counted*: the requests "
-        f"answered within the window times {args.documents} over the window (median), which "
-        "rounds to whole groups of answers at the window's edges. *rows/batch formed*: Δrows "
-        "÷ Δbatches of `/admin/status` over the run. "
+        f"*pairs/s*: {args.documents} times the requests of the run, each counted for the share "
+        "of its time (sent to answered) inside the window, over the window: in a closed loop, "
+        "the clients over the mean latency (Little's law); median (min to max) over rounds. "
+        f"*pairs/s counted*: {args.documents} times the answers that arrived within the "
+        "window, over the window (median): it rounds to whole groups of answers at the "
+        "window's edges. *rows/batch formed*: Δrows ÷ Δbatches of `/admin/status` over the "
+        "run. "
         "*server cores*: CPU seconds of the server's process tree per second of the window; "
         "*client cores*: load.py's. The idle server beside the measured one used "
         f"{max(others, default=0):.2f} cores at most. *rest of the machine*: the machine's "

@@ -37,7 +37,7 @@ class Run:
     documents: int  # per request
     requests: int  # answered within the window
     duration_s: float
-    paced_requests_per_s: float  # between the window's first and last answers (load.py)
+    shared_requests_per_s: float  # each request counted for its share of the window (load.py)
     p50_ms: float
     p99_ms: float
     errors: int
@@ -51,10 +51,8 @@ class Run:
 
     @property
     def pairs_per_s(self) -> float:
-        """Pairs/s between the window's first and last answers (the window's count when it
-        saw fewer than two groups of answers)."""
-        paced = self.paced_requests_per_s
-        return (paced if paced == paced else self.requests / self.duration_s) * self.documents
+        """Pairs/s, each request counted for the share of its time within the window."""
+        return self.shared_requests_per_s * self.documents
 
     @property
     def counted_pairs_per_s(self) -> float:
@@ -160,12 +158,12 @@ def measure(servers: Servers, bodies: Path, server: str, round_no: int, document
         batches = after["batches"] - before["batches"]
         rows_per_batch = (after["rows"] - before["rows"]) / batches if batches else None
     run = Run(round_no, server, args.concurrency[0], documents, int(summary["requests"]),
-              float(summary["duration_s"]), float(summary["paced_requests_per_s"]),
+              float(summary["duration_s"]), float(summary["shared_requests_per_s"]),
               float(summary["p50_ms"]), float(summary["p99_ms"]),
               int(summary["errors"]), float(summary["drain_s"]), server_cpu, other_cpu,
               client_cpu, foreign, pytest, rows_per_batch)
     print(f"round {round_no} {server}: {run.pairs_per_s:,.1f} pairs/s ({run.requests} "
-          f"requests in the window: {run.counted_pairs_per_s:,.1f}), "
+          f"answers in the window: {run.counted_pairs_per_s:,.1f}), "
           f"p50 {run.p50_ms:,.0f} ms, p99 {run.p99_ms:,.0f} ms, errors {run.errors}, "
           f"server {run.server_cores:.2f} cores, load.py {run.client_cores:.2f} cores, "
           f"rest of the machine {run.foreign_cores:.2f} cores, drained in {run.drain_s:.1f} s"
