@@ -49,6 +49,7 @@ class ModelRow:
     last_load_ms: float | None
     requests: int
     errors: int
+    prewarm_in_s: float | None = None  # until the adaptive keep-alive loads it again
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ def _device(device: dict[str, Any]) -> DeviceRow:
 def _model(model: dict[str, Any], now: float | None) -> ModelRow:
     expires = parse_time(model.get("expires_at"))
     expires_in = None if expires is None or now is None else max(0.0, expires - now)
+    keep_alive = model.get("keep_alive")
+    prewarm = parse_time(keep_alive.get("prewarm_at")) if isinstance(keep_alive, dict) else None
     return ModelRow(
         name=str(model.get("name", "?")),
         state=str(model.get("state", "?")),
@@ -134,6 +137,7 @@ def _model(model: dict[str, Any], now: float | None) -> ModelRow:
         last_load_ms=_float(model.get("last_load_ms")),
         requests=_int(model.get("requests")) or 0,
         errors=_int(model.get("errors")) or 0,
+        prewarm_in_s=None if prewarm is None or now is None else max(0.0, prewarm - now),
     )
 
 

@@ -79,10 +79,14 @@ def cells(row: Row) -> tuple[str, ...]:
 
 
 def idle_in(model: ModelRow) -> str:
-    """Time until the idle timer unloads the model, `pinned`, or `-` when no timer runs."""
+    """Time until the idle timer unloads the model (the window the adaptive keep-alive chose,
+    or idle_timeout), `pinned`, `warm 12s` for an unloaded model the keep-alive will pre-warm
+    then, or `-` when no timer runs."""
     if model.pinned and model.state == "READY":
         return "pinned"
     if model.expires_in_s is None:
+        if model.prewarm_in_s is not None and model.state == "UNLOADED":
+            return f"warm {format_duration(model.prewarm_in_s)}"
         return DASH
     return format_duration(model.expires_in_s)
 

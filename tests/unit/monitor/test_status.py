@@ -50,3 +50,12 @@ def test_missing_or_odd_fields_read_as_empty_not_as_errors() -> None:
     (row,) = status.models
     assert (row.name, row.state, row.replicas, row.expires_in_s) == ("x", "?", 0, None)
     assert status.devices == ()
+
+
+def test_an_adaptive_models_prewarm_is_measured_on_the_daemons_clock() -> None:
+    document = status_document()
+    document["models"][1]["keep_alive"] = {"mode": "adaptive",
+                                           "prewarm_at": "2026-12-01T00:10:35.044Z"}
+    classifier, embedder = parse_status(document).models
+    assert embedder.prewarm_in_s == pytest.approx(12.0)
+    assert classifier.prewarm_in_s is None  # no keep_alive sent (an older daemon)

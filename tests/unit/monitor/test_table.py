@@ -79,6 +79,12 @@ def test_the_idle_column_counts_down_or_says_pinned() -> None:
     assert idle_in(model(state="UNLOADED")) == "-"
 
 
+
+def test_the_idle_column_counts_down_to_an_adaptive_models_prewarm_once_it_is_unloaded() -> None:
+    assert idle_in(model(state="UNLOADED", prewarm_in_s=11.4)) == "warm 12s"
+    assert idle_in(model(expires_in_s=3.0, prewarm_in_s=11.4)) == "3s"  # still loaded
+
+
 def test_cells_show_dashes_where_the_monitor_has_no_value() -> None:
     row = Row(model(name="a", replicas=2, in_flight=3, queued=1, resident_bytes=9990144,
                     expires_in_s=30.0, last_load_ms=23.04), None)
