@@ -1,9 +1,10 @@
 """The adaptive keep-alive: what a model does after its last request ends, from its idle gaps.
 
 After Shahrad et al.'s hybrid histogram policy ("Serverless in the Wild", ATC 2020): with a
-young history, or gaps mostly beyond the histogram's range, the model keeps its fixed
-`idle_timeout` (the fallback, today's behaviour). Otherwise the plans the histogram suggests
-are weighed against the fallback on the model's own gaps:
+young history (under `min_history` gaps, or `min_steady_history` when every gap so far fell
+in two adjacent bins, as a timer's do), or gaps mostly beyond the histogram's range, the
+model keeps its fixed `idle_timeout` (the fallback, today's behaviour). Otherwise the plans
+the histogram suggests are weighed against the fallback on the model's own gaps:
 
 - pre-warm: unload right away, load again just before the low percentile (5th, less a
   margin and the load time), keep the pre-warmed model until the high percentile (99th, plus a
@@ -32,6 +33,7 @@ from snoozeml.engine.keepalive.histogram import BINS, LOW_S, IdleHistogram, lowe
 @dataclass(frozen=True, slots=True)
 class KeepAliveSettings:
     min_history: int = 10  # gaps before the histogram is trusted
+    min_steady_history: int = 4  # ... or this many, all in two adjacent bins (a timer's)
     low: float = 0.05  # pre-warm just before this percentile
     high: float = 0.99  # keep alive until this percentile
     margin: float = 0.10  # widen both by this share (pre-warm earlier, keep longer)
@@ -65,7 +67,8 @@ def plan(histogram: IdleHistogram, fallback_s: float | None,
     (None: pinned), `load_s` its last load's seconds (a pre-warm starts that much earlier)."""
     if fallback_s is None:
         return Plan(None, None, None, "pinned")
-    if histogram.count < settings.min_history:
+    if histogram.count < settings.min_history and not (
+            histogram.count >= settings.min_steady_history and steady(histogram)):
         return Plan(fallback_s, None, None, "fallback: young history")
     if histogram.out_of_range_share() > settings.max_out_of_range:
         return Plan(fallback_s, None, None, "fallback: out of range")
@@ -77,6 +80,14 @@ def plan(histogram: IdleHistogram, fallback_s: float | None,
         if candidate_cost < best_cost:
             best, best_cost = candidate, candidate_cost
     return best
+
+
+def steady(histogram: IdleHistogram) -> bool:
+    """Every gap within two adjacent bins of the range (about 19% apart): a timer's history,
+    evident after a few gaps, where waiting for ten would take ten periods (ten hours for an
+    hourly job)."""
+    found = [index for index, _ in histogram.bins()]
+    return bool(found) and found[0] >= 0 and found[-1] < BINS and found[-1] - found[0] <= 1
 
 
 def candidates(histogram: IdleHistogram, settings: KeepAliveSettings,

@@ -44,7 +44,20 @@ def test_a_pinned_model_never_unloads() -> None:
 
 
 def test_a_young_history_keeps_the_fixed_window() -> None:
-    assert plan(filled([5.0] * 9), 60.0) == Plan(60.0, None, None, "fallback: young history")
+    gaps = [5.0, 9.0, 3.0, 20.0, 5.0, 7.0, 2.0, 30.0, 6.0]
+    assert plan(filled(gaps), 60.0) == Plan(60.0, None, None, "fallback: young history")
+
+
+@pytest.mark.parametrize(("gaps", "reason"), [
+    pytest.param([3600.0] * 3, "fallback: young history", id="three-gaps-are-too-few"),
+    pytest.param([3600.0] * 4, "learned", id="four-equal-gaps-are-a-timer"),
+    pytest.param([3500.0, 3600.0, 3700.0, 3600.0], "learned", id="in-two-adjacent-bins"),
+    pytest.param([3000.0, 3600.0, 4000.0, 3600.0], "fallback: young history",
+                 id="three-bins-are-not-steady"),
+    pytest.param([0.001] * 5, "fallback: young history", id="below-the-range-is-not-steady"),
+])
+def test_a_steady_history_is_trusted_after_a_few_gaps(gaps: list[float], reason: str) -> None:
+    assert plan(filled(gaps), 600.0).reason == reason
 
 
 def test_gaps_mostly_beyond_the_range_keep_the_fixed_window() -> None:
