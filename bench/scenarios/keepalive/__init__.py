@@ -34,6 +34,7 @@ from .report import (
     HEADER,
     Verdict,
     adaptive_aim,
+    by_kind_rows,
     cost_aim,
     kind_rows,
     policy_rows,
@@ -111,6 +112,11 @@ def simulation(args: argparse.Namespace) -> tuple[list[str], dict[str, Any], boo
                           "lrrrl")
             lines += [*kinds, ""]
         lines += [*table(HEADER, policy_rows(results)), ""]
+        by_name = {r.policy.name: r for r in results}
+        kinds = table(["kind", "models", "cold: fixed 10 min", "cold: adaptive",
+                       "idle GiB·h: fixed 10 min", "idle GiB·h: adaptive"],
+                      by_kind_rows(trace, by_name["fixed 10 min"], by_name["adaptive"]))
+        lines += ["Where the difference comes from (no budget):", "", *kinds, ""]
         found += verdicts(results, seed)
         raw[f"seed {seed}"] = [_raw(r) for r in results]
         if number == 0 and args.plot is not None:

@@ -133,3 +133,19 @@ def kind_rows(trace: Trace) -> list[list[object]]:
                          f"{sum(m.size_mib for m in models) / 1024:,.1f}",
                          "; ".join(m.detail for m in models[:4]) + ("…" * (len(models) > 4))])
     return rows
+
+
+def by_kind_rows(trace: Trace, fixed: Result, adaptive: Result) -> list[list[object]]:
+    """Per kind of model: cold starts and idle memory-time under the fixed window and under
+    adaptive (where the difference comes from)."""
+    rows: list[list[object]] = []
+    for kind in ("timer", "poisson", "bursty", "rare"):
+        mine = [i for i, m in enumerate(trace.models) if m.kind == kind]
+        if not mine:
+            continue
+        f_cold = sum(fixed.per_model[i][0] for i in mine)
+        a_cold = sum(adaptive.per_model[i][0] for i in mine)
+        f_idle = sum(fixed.per_model[i][1] for i in mine)
+        a_idle = sum(adaptive.per_model[i][1] for i in mine)
+        rows.append([kind, len(mine), f_cold, a_cold, gib_h(f_idle), gib_h(a_idle)])
+    return rows

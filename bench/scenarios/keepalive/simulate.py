@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from snoozeml.engine.keepalive.histogram import IdleHistogram
+from snoozeml.engine.keepalive.keeper import PrewarmBudget
 from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, next_arrival_s, plan
 from snoozeml.engine.memory.budgets import Resident, pick_victims, pick_victims_by_cost
 
@@ -29,6 +30,7 @@ from .trace import Trace
 
 MIB = 2**20
 MIN_RESIDENCY_S = 2.0  # the daemon's default churn guard
+REPLAN_EVERY_S = 1.0  # as engine/keepalive/keeper.py: a busy model's plan at most this often
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,12 @@ class Result:
     prewarms: int = 0
     prewarm_used: int = 0
     prewarm_wasted: int = 0
-    prewarm_skipped: int = 0  # no free room
+    prewarm_skipped: int = 0  # no room, or the daemon's pre-warm budget
+    prewarm_limited: int = 0  # of which the pre-warm budget (30 a minute, 5 at once)
     evictions: int = 0
     over_budget: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    per_model: list[tuple[int, float]] = field(default_factory=list, repr=False)  # cold, idle
 
     @property
     def cold_rate(self) -> float:
@@ -92,6 +96,20 @@ class State:
     prewarmed: bool = False  # loaded by a pre-warm, no request yet
     version: int = 0  # bumped by every request: cancels the timers set before it
     plan: Plan | None = None
+    planned_at: float = -1e9
+    planned_count: int = -1
+    cold: int = 0
+    idle_mib_s: float = 0.0
+
+
+class VirtualClock:
+    """What the daemon's PrewarmBudget reads of the engine's clock: `now`."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def now(self) -> float:
+        return self.at
 
 
 class Simulation:
@@ -109,16 +127,20 @@ class Simulation:
         self.sequence = 0
         self.inflation = 0.0
         self.used_mib = 0.0
+        self.clock = VirtualClock()
+        self.prewarm_budget = PrewarmBudget(self.clock)  # type: ignore[arg-type]
 
     def run(self) -> Result:
         for at, index in self.arrivals:
             self._due(at)
+            self.clock.at = at
             self._arrive(at, index)
         end = self.end_s
         self._due(end)
         for index, model in enumerate(self.models):
             if model.loaded:
                 self._unload(end, index)
+        self.result.per_model = [(m.cold, m.idle_mib_s) for m in self.models]
         return self.result
 
     # --- timers -----------------------------------------------------------------------------
@@ -131,6 +153,7 @@ class Simulation:
     def _due(self, now: float) -> None:
         while self.timers and self.timers[0][0] <= now:
             when, _, kind, index, version = heapq.heappop(self.timers)
+            self.clock.at = when
             model = self.models[index]
             if version != model.version:
                 continue
@@ -155,6 +178,7 @@ class Simulation:
         wait = max(model.ready_at - now, 0.0)
         if wait > 0:
             result.cold += 1
+            model.cold += 1
             result.latencies.append(wait)
             if model.prewarmed or model.uses:
                 result.cold_partial += 1
@@ -172,7 +196,7 @@ class Simulation:
     def _idle(self, now: float, index: int) -> None:
         """The model's last request just ended: plan what happens until the next one."""
         model = self.models[index]
-        chosen = self._plan(model)
+        chosen = self._plan(model, now)
         model.plan = chosen
         self.result.reasons[chosen.reason] = self.result.reasons.get(chosen.reason, 0) + 1
         if chosen.unload_after_s is not None:
@@ -182,18 +206,33 @@ class Simulation:
             if chosen.keep_until_s is not None:
                 self._at(now + chosen.keep_until_s, "expire", index)
 
-    def _plan(self, model: State) -> Plan:
+    def _plan(self, model: State, now: float) -> Plan:
+        """As the daemon's keeper: worked out again when the history grew, at most every
+        REPLAN_EVERY_S while gaps keep coming (at every gap while it is young)."""
         window = self.policy.window_s
         if not self.policy.adaptive:
             return Plan(window, None, None, "fixed" if window is not None else "pinned")
-        return plan(model.histogram, window, self.policy.settings, load_s=model.load_s)
+        count = model.histogram.count
+        if model.plan is None or (count != model.planned_count and (
+                now - model.planned_at >= REPLAN_EVERY_S
+                or count <= self.policy.settings.min_history)):
+            model.plan = plan(model.histogram, window, self.policy.settings,
+                              load_s=model.load_s)
+            model.planned_at, model.planned_count = now, count
+        return model.plan
 
     def _prewarm(self, now: float, index: int) -> None:
         model = self.models[index]
         if model.loaded:
             return
-        budget = self.policy.budget_mib
-        if budget is not None and self.used_mib + model.size_mib > budget:
+        if not self.prewarm_budget.take():
+            self.result.prewarm_skipped += 1
+            self.result.prewarm_limited += 1
+            return
+        chosen = model.plan
+        spare = None if chosen is None or chosen.keep_until_s is None \
+            or chosen.prewarm_after_s is None else chosen.keep_until_s - chosen.prewarm_after_s
+        if not self._make_room(now, index, spare_within=spare):
             self.result.prewarm_skipped += 1
             return
         self._load(now, index, prewarm=True)
@@ -202,8 +241,11 @@ class Simulation:
 
     def _load(self, now: float, index: int, prewarm: bool) -> None:
         model = self.models[index]
-        if not prewarm:
-            self._make_room(now, index)
+        if not prewarm and not self._make_room(now, index):
+            self.result.over_budget += 1
+            for resident in self._residents(now, index):
+                if not resident.holds:
+                    self._evict(now, int(resident.name))
         model.loaded = True
         model.load_began = now
         model.ready_at = now + model.load_s
@@ -220,32 +262,54 @@ class Simulation:
         loading = min(model.load_s, held)
         busy = model.busy_s - max(model.busy_until - now, 0.0)  # the trace's end cuts a run
         self.result.held_mib_s += model.size_mib * held
-        self.result.idle_mib_s += model.size_mib * max(held - loading - busy, 0.0)
+        idle = model.size_mib * max(held - loading - busy, 0.0)
+        self.result.idle_mib_s += idle
+        model.idle_mib_s += idle
         if model.prewarmed:
             self.result.prewarm_wasted += 1
         model.loaded = False
         model.prewarmed = False
         self.used_mib -= model.size_mib
 
-    def _make_room(self, now: float, index: int) -> None:
+    def _make_room(self, now: float, index: int, spare_within: float | None = None) -> bool:
+        """Evict idle models, as the policy picks, until model `index` fits; False (and nobody
+        evicted) when it cannot. A pre-warm spares models expected back within
+        `spare_within` (as the daemon's admission does)."""
         budget = self.policy.budget_mib
         needed = self.models[index].size_mib
         if budget is None or self.used_mib + needed <= budget:
-            return
+            return True
         missing = int((self.used_mib + needed - budget) * MIB) + 1
-        residents = [self._resident(now, i) for i, m in enumerate(self.models)
-                     if m.loaded and i != index]
+        residents = self._residents(now, index, spare_within)
         if self.policy.eviction == "cost":
-            victims, self.inflation = pick_victims_by_cost(
+            victims, inflation = pick_victims_by_cost(
                 residents, missing, now, MIN_RESIDENCY_S, self.inflation)
+            if victims is not None:
+                self.inflation = inflation
         else:
             victims = pick_victims(residents, missing, now, MIN_RESIDENCY_S)
         if victims is None:
-            self.result.over_budget += 1
-            victims = [r.name for r in residents if not r.holds]
+            return False
         for name in victims:
-            self.result.evictions += 1
-            self._unload(now, int(name))
+            self._evict(now, int(name))
+        return True
+
+    def _evict(self, now: float, index: int) -> None:
+        self.result.evictions += 1
+        self._unload(now, index)
+
+    def _residents(self, now: float, index: int,
+                   spare_within: float | None = None) -> list[Resident]:
+        found = []
+        for other, model in enumerate(self.models):
+            if model.loaded and other != index:
+                resident = self._resident(now, other)
+                if spare_within is not None and not resident.holds \
+                        and resident.next_use_s is not None \
+                        and resident.next_use_s <= spare_within:
+                    resident = replace(resident, holds="expected back sooner")
+                found.append(resident)
+        return found
 
     def _resident(self, now: float, index: int) -> Resident:
         model = self.models[index]
