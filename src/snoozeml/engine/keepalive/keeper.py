@@ -106,6 +106,7 @@ class KeepAlive:
         self._budget = budget
         self._owner = owner
         self._pending = False  # a pre-warm started and not yet used, wasted or skipped
+        self._retired = False  # removed, or the daemon stops: no pre-warm any more
         self._prewarm_timer: Timer | None = None
         self.prewarm_at: float | None = None  # monotonic moment of the armed pre-warm
         self._requests_at_end = 0
@@ -160,7 +161,7 @@ class KeepAlive:
         self._idle.retime(chosen.unload_after_s)
         self._cancel_prewarm()
         if chosen.prewarm_after_s is not None and self.idle_since is not None \
-                and self._owner.on_demand:
+                and self._owner.on_demand and not self._retired:
             self.prewarm_at = self.idle_since + chosen.prewarm_after_s
             self._prewarm_timer = self._clock.call_later(
                 max(self.prewarm_at - self._clock.now(), 0.0), self._prewarm_due)
@@ -171,7 +172,7 @@ class KeepAlive:
         self._prewarm_timer = None
         self.prewarm_at = None
         chosen = self.plan
-        if chosen is None or self.idle_since is None or self._owner.retired:
+        if chosen is None or self.idle_since is None or self._retired:
             return
         state = self._owner.state
         if state is State.READY:  # not unloaded yet: it stays until keep_until instead
@@ -206,6 +207,7 @@ class KeepAlive:
 
     def retire(self) -> None:
         """The model is removed, or the daemon stops: no pre-warm any more."""
+        self._retired = True
         self._cancel_prewarm()
 
     # --- loads and unloads ---------------------------------------------------------------------

@@ -157,7 +157,8 @@ class MemoryManager:
         # adaptive keep-alive (engine/registry.py), whose plans say when models are next used.
         self.cost_aware = cost_aware
         self._inflation: dict[str, float] = {}  # device -> Greedy-Dual's clock
-        self._clocks: dict[str, tuple[float, float]] = {}  # model -> (last_used, its clock)
+        # device -> model -> (last_used, the device's clock then)
+        self._clocks: dict[str, dict[str, tuple[float, float]]] = {}
         self.probe = probe
         self.memory_wait = memory.memory_wait
         self.min_residency = memory.min_residency
@@ -314,6 +315,7 @@ class MemoryManager:
     ) -> list[Resident]:
         now = self._clock()
         inflation = self._inflation.get(device, 0.0)
+        clocks: dict[str, tuple[float, float]] = {}  # the models still here: no growth
         found = []
         for tenant in self._tenants():
             if tenant.name == exclude:
@@ -328,11 +330,14 @@ class MemoryManager:
                     and resident.next_use_s is not None and resident.next_use_s <= spare_within:
                 resident = replace(resident, holds="expected back sooner")
             if self.cost_aware:  # Greedy-Dual's clock at the model's last use
-                seen = self._clocks.get(tenant.name)
+                seen = self._clocks.get(device, {}).get(tenant.name)
                 if seen is None or seen[0] != resident.last_used:
-                    seen = self._clocks[tenant.name] = (resident.last_used, inflation)
+                    seen = (resident.last_used, inflation)
+                clocks[tenant.name] = seen
                 resident = replace(resident, clock=seen[1])
             found.append(resident)
+        if self.cost_aware:
+            self._clocks[device] = clocks
         return found
 
     def _explain(

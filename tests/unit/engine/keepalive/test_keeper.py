@@ -17,7 +17,7 @@ from fake_probe import FakeProbe
 from onnx_models import write_mlp
 
 from snoozeml.config.settings import parse_config
-from snoozeml.engine.events import EngineEvent
+from snoozeml.engine.events import EngineEvent, Evicting
 from snoozeml.engine.keepalive.events import ColdStart, KeepAlivePlanned, Prewarm
 from snoozeml.engine.keepalive.histogram import IdleHistogram
 from snoozeml.engine.keepalive.keeper import PREWARM_BURST
@@ -221,6 +221,7 @@ def test_a_prewarm_never_evicts_a_busy_model_and_is_skipped_instead(tmp_path: Pa
         await use(warm)  # t=0: the last request before the gap
         async with busy.lease():  # busy when the pre-warm falls due
             # Room for the busy model and half the other: the pre-warm needs an eviction.
+            await busy.replicas.finish_background()  # its weights cache entry holds room
             held, other = busy.resident_bytes(), warm.replicas.predicted_bytes
             assert held
             assert other
@@ -320,3 +321,39 @@ def test_a_corrupt_history_file_is_ignored_with_a_warning(
     finally:
         manager.loader.shutdown()
     assert "keepalive_history_ignored" in caplog.text
+
+
+# --- eviction by cost -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("keep_alive", "victim"), [("adaptive", "later"), ("fixed", "soon")])
+def test_with_an_adaptive_model_eviction_spares_the_model_expected_back_soon(
+    tmp_path: Path, keep_alive: str, victim: str,
+) -> None:
+    seed_histories(tmp_path, {"soon": [5.0] * 12})  # called every 5 s
+    big = (64, 512, 512, 2)
+    manager, clock, seen = manager_for(tmp_path, {
+        "soon": {"idle_timeout": "1h", "keep_alive": keep_alive, "dims": big},
+        "later": {"idle_timeout": "1h", "dims": big},
+        "new": {"idle_timeout": "1h"},
+    }, probe=FakeProbe(host_total=10 * 2**30))
+    soon, later, new = (manager.models[name] for name in ("soon", "later", "new"))
+
+    async def scenario() -> None:
+        await use(soon)  # t=0: least recently used of the two
+        clock.advance(1.0)
+        await use(later)  # t=1: no history, nothing known of its next request
+        clock.advance(2.0)  # t=3: soon is due again in about 2 s
+        for model in (soon, later):
+            model.keep.load_s = 1.0  # both reload alike (a fake clock times loads as 0 s)
+            await model.replicas.finish_background()  # its weights cache entry holds room
+        await new.predict_size()
+        held = (soon.resident_bytes() or 0) + (later.resident_bytes() or 0)
+        assert new.replicas.predicted_bytes
+        manager.memory.budgets["cpu"] = held + new.replicas.predicted_bytes // 2
+        await use(new)  # needs one of them to go
+
+    run(manager, scenario)
+    assert manager.memory.cost_aware is (keep_alive == "adaptive")
+    evicted = [e.victims for e in seen if isinstance(e, Evicting)]
+    assert evicted == [(victim,)]
