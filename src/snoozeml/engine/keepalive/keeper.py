@@ -35,7 +35,7 @@ from snoozeml.engine.events import EventBus
 from snoozeml.engine.idle import IdleTimer
 from snoozeml.engine.keepalive.events import ColdStart, KeepAlivePlanned, Prewarm
 from snoozeml.engine.keepalive.histogram import IdleHistogram
-from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, plan
+from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, plan, steady
 from snoozeml.engine.lifecycle import State
 
 PREWARMS_PER_MINUTE = 30.0
@@ -257,8 +257,9 @@ class KeepAlive:
     def next_use_s(self, now: float) -> float | None:
         """Seconds until the next request is likely (the first of the gaps' 5th, 50th and
         99th percentiles still ahead); None while busy, with a young history, or overdue."""
-        since = self.idle_since
-        if since is None or self.history.count < self.settings.min_history:
+        since, count, settings = self.idle_since, self.history.count, self.settings
+        if since is None or count < settings.min_history and not (
+                count >= settings.min_steady_history and steady(self.history)):
             return None
         waited = now - since
         for q in (self.settings.low, 0.5, self.settings.high):
