@@ -258,8 +258,9 @@ class KeepAlive:
         """Seconds until the next request is likely (the first of the gaps' 5th, 50th and
         99th percentiles still ahead); None while busy, with a young history, or overdue."""
         since, count, settings = self.idle_since, self.history.count, self.settings
-        if since is None or count < settings.min_history and not (
-                count >= settings.min_steady_history and steady(self.history)):
+        young = count < settings.min_history and not (
+            count >= settings.min_steady_history and steady(self.history))
+        if since is None or young:
             return None
         waited = now - since
         for q in (self.settings.low, 0.5, self.settings.high):
