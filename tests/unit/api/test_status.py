@@ -7,6 +7,7 @@ from snoozeml.api.status import iso_time, status_json
 from snoozeml.engine.observe.snapshots import (
     BatchingSnapshot,
     DeviceSnapshot,
+    KeepAliveSnapshot,
     ModelSnapshot,
     ScalingSnapshot,
     ServerSnapshot,
@@ -31,7 +32,8 @@ SCALING = ScalingSnapshot(
 )
 
 
-def snapshot_of(model_batching: BatchingSnapshot, last_used: float | None) -> StatusSnapshot:
+def snapshot_of(model_batching: BatchingSnapshot, last_used: float | None,
+                keep_alive: KeepAliveSnapshot | None = None) -> StatusSnapshot:
     model = ModelSnapshot(
         origin="config",
         name="m", format="onnx", device="cpu", pinned=False, state="UNLOADED", reason="",
@@ -39,7 +41,7 @@ def snapshot_of(model_batching: BatchingSnapshot, last_used: float | None) -> St
         expires_at=None,
         idle_timeout_s=300.0, predicted_bytes=1100, measured_bytes=None, resident_bytes=0,
         last_load_ms=None, loads=0, load_failures=0, requests=0, errors=0,
-        batching=model_batching,
+        batching=model_batching, keep_alive=keep_alive,
     )
     return StatusSnapshot(
         ServerSnapshot("snoozeml", "0.1.0", 1_800_000_000.25, 12.3456, False),
@@ -70,3 +72,20 @@ def test_means_are_per_batch_and_per_request_in_milliseconds() -> None:
     assert (stats["mean_requests_per_batch"], stats["mean_rows_per_batch"]) == (1.5, 3.0)
     assert (stats["mean_queue_wait_ms"], stats["mean_run_ms"]) == (2.0, 5.0)
     assert doc["models"][0]["last_used"] == iso_time(1_800_000_001.0)
+
+
+def test_the_keep_alive_shows_its_plan_windows_times_and_counts() -> None:
+    keep = KeepAliveSnapshot(
+        mode="adaptive", reason="learned", unload_after_s=0.0, prewarm_after_s=13.5,
+        keep_until_s=18.2, prewarm_at=1_800_000_013.5, next_arrival_at=1_800_000_015.0,
+        history=12, loaded_by="prewarm", prewarms_used=3, prewarms_wasted=1,
+        prewarms_skipped=0, idle_memory_byte_seconds=1234.56789)
+    doc = status_json(snapshot_of(batching(), last_used=None, keep_alive=keep))
+    assert doc["models"][0]["keep_alive"] == {
+        "mode": "adaptive", "reason": "learned", "unload_after_s": 0.0,
+        "prewarm_after_s": 13.5, "keep_until_s": 18.2,
+        "prewarm_at": "2027-01-15T08:00:13.500Z", "next_arrival_at": "2027-01-15T08:00:15.000Z",
+        "history": 12, "loaded_by": "prewarm",
+        "prewarms": {"used": 3, "wasted": 1, "skipped": 0},
+        "idle_memory_byte_seconds": 1234.568}
+    assert status_json(snapshot_of(batching(), None))["models"][0]["keep_alive"] is None

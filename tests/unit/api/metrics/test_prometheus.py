@@ -31,6 +31,7 @@ from snoozeml.engine.events import (
     RequestFinished,
     Unloaded,
 )
+from snoozeml.engine.keepalive.events import CAUSES, PREWARM_OUTCOMES, ColdStart, Prewarm
 from snoozeml.engine.service import InferenceService
 from snoozeml.operations import Operation
 
@@ -185,6 +186,33 @@ def test_loads_unloads_replicas_queue_drops_evictions_and_auth_refusals_are_coun
     assert value(found, auth, protocol="http", reason="unauthenticated") == 1
     assert value(found, auth, protocol="grpc", reason="forbidden") == 1
     assert value(found, auth, protocol="http", reason="forbidden") == 0
+
+
+def test_cold_starts_by_cause_and_prewarms_by_outcome_are_counted(
+    service: InferenceService,
+) -> None:
+    bus = EventBus()
+    metrics = metrics_on(bus, service.snapshot)
+    bus.publish(ColdStart("mlp", "request", 0.02))
+    bus.publish(ColdStart("mlp", "request", 0.02))
+    bus.publish(ColdStart("mlp", "prewarm", 0.02))
+    bus.publish(ColdStart("other", "preload", 0.02))
+    bus.publish(Prewarm("mlp", "started"))
+    bus.publish(Prewarm("mlp", "used"))
+    bus.publish(Prewarm("mlp", "wasted"))
+    bus.publish(Prewarm("other", "skipped", "rate_limit"))
+
+    found = samples(metrics.render())
+
+    colds = "snooze_cold_starts_total"
+    assert [value(found, colds, model="mlp", cause=c) for c in CAUSES] == [2, 1, 0, 0, 0]
+    assert value(found, colds, model="other", cause="preload") == 1
+    prewarms = "snooze_prewarms_total"
+    assert [value(found, prewarms, model="mlp", outcome=o) for o in PREWARM_OUTCOMES] == \
+        [1, 1, 0]
+    assert value(found, prewarms, model="other", outcome="skipped") == 1
+    # Nothing loaded, nothing held idle: the counter is there, at zero.
+    assert value(found, "snooze_idle_memory_byte_seconds_total", model="mlp") == 0
 
 
 def test_per_model_off_keeps_the_model_label_with_the_value_empty(
