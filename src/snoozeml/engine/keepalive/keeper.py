@@ -137,9 +137,10 @@ class KeepAlive:
         self._idle.touch()
         now = self._clock.now()
         self.held_since = now
-        if self.requests != self._requests_at_end:
-            self._requests_at_end = self.requests
-            self.idle_since = now
+        if self.requests == self._requests_at_end:
+            return  # only an explicit load's lease: the plan counts from a request's end
+        self._requests_at_end = self.requests
+        self.idle_since = now
         if self.adaptive:
             self._follow(self.current_plan(now))
 

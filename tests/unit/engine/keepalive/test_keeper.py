@@ -357,3 +357,22 @@ def test_with_an_adaptive_model_eviction_spares_the_model_expected_back_soon(
     assert manager.memory.cost_aware is (keep_alive == "adaptive")
     evicted = [e.victims for e in seen if isinstance(e, Evicting)]
     assert evicted == [(victim,)]
+
+
+def test_an_explicit_load_keeps_the_fixed_window_until_a_request_comes(tmp_path: Path) -> None:
+    seed_histories(tmp_path, {"m": [20.0] * 12})  # learned: unload right after a request
+    manager, clock, _ = manager_for(
+        tmp_path, {"m": {"idle_timeout": "5s", "keep_alive": "adaptive"}})
+    model = manager.models["m"]
+
+    async def scenario() -> list[object]:
+        await model.load("preload")
+        clock.advance(4.0)
+        await settle(model)
+        kept = (model.state, model.keep.loaded_by, model.keep.history.count)
+        await use(model)  # t=4: the plan applies from this request's end
+        clock.advance(0.5)
+        await settle(model)
+        return [*kept, model.state]
+
+    assert run(manager, scenario) == [State.READY, "preload", 12, State.UNLOADED]
