@@ -11,6 +11,12 @@ says why when it can't be, and the rest runs without it; ``--no-infinity`` leave
 the ceiling, sentence-transformers in this process: ``encode(all, batch_size=32)`` (sorted by
 length) and ``encode`` of 32 sentences at a time in corpus order.
 
+``--snooze-format onnx`` (or ``both``: separate rows, one sitting) serves the daemon MiniLM's
+ONNX export (scenarios/onnx_export.py, cached under /tmp; ``format = "onnx"``, pooling from the
+folder); ``--infinity-engine optimum`` (or ``both``) runs infinity's ONNX engine on it
+(scenarios/embeddings/optimum.py installs ``optimum[onnxruntime]`` and holds onnxruntime to
+``--threads``). Every row names its engine.
+
 Every route's answers are checked against ``SentenceTransformer.encode`` before and after the
 load. wrk ``-t1`` with ``embeddings/bodies.lua`` sends one JSON body per line of a file in turn,
 so requests carry different sentences of a corpus of ``--sentences`` (512). Shape ``one``: one
@@ -40,9 +46,11 @@ from harness.rounds import alternate
 from scenarios.embeddings.corpus import (
     INFINITY,
     MODEL,
+    MODEL_ONNX,
+    OIP,
     SHAPES,
-    SNOOZE_OIP,
-    SNOOZE_V1,
+    V1,
+    Target,
     body_lines,
     check_server,
     corpus,
@@ -55,9 +63,11 @@ from scenarios.embeddings.infinity import (
     infinity_version,
     install_infinity,
 )
+from scenarios.embeddings.optimum import install_optimum
 from scenarios.embeddings.report import Setting, report
 from scenarios.embeddings.runs import CEILINGS, CeilingRun, Run, Servers, ceiling, measure
 from scenarios.minilm import MINILM
+from scenarios.onnx_export import infinity_copy, minilm_onnx
 
 
 def batching_entry(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,6 +77,35 @@ def batching_entry(args: argparse.Namespace) -> dict[str, Any]:
                                             ("max_batch_tokens", args.max_batch_tokens))
              if value is not None}
     return {"batching": table} if table else {}
+
+
+SNOOZE_FORMATS = {"torch": ["torch"], "onnx": ["onnx"], "both": ["torch", "onnx"]}
+INFINITY_ENGINES = {"torch": ["torch"], "optimum": ["optimum"], "both": ["torch", "optimum"]}
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--snooze-format and --infinity-engine, shared with the rerank scenario."""
+    parser.add_argument("--snooze-format", choices=sorted(SNOOZE_FORMATS), default="torch",
+                        help="how the daemon serves the model: its torch folder, its ONNX "
+                             "export (cached under /tmp/snooze-bench-onnx), or both as separate "
+                             "rows in the same sitting (torch)")
+    parser.add_argument("--infinity-engine", choices=sorted(INFINITY_ENGINES), default="torch",
+                        help="infinity's engine: torch, optimum (the ONNX export through "
+                             "optimum[onnxruntime], installed into the infinity venv on first "
+                             "use), or both as separate rows (torch)")
+
+
+def infinity_engines(args: argparse.Namespace, setup: InfinitySetup) -> list[str]:
+    """The infinity engines to serve: --infinity-engine's, less optimum when it cannot be
+    installed (the note says why)."""
+    engines = list(INFINITY_ENGINES[args.infinity_engine])
+    if "optimum" in engines and setup.executable is not None:
+        why = install_optimum(args.infinity_venv, args.install_timeout)
+        if why is not None:
+            setup.note += f"; `--engine optimum` left out: {why}"
+            print(f"infinity: {why}", file=sys.stderr)
+            engines.remove("optimum")
+    return engines if setup.executable is not None else []
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -93,29 +132,36 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="the model's batching.max_batch_tokens (the default when left out)")
 
 
-def start_infinity(bench: Bench, setup: InfinitySetup) -> Infinity | None:
+def start_infinities(bench: Bench, setup: InfinitySetup, folders: dict[str, Path],
+                     name: str = MODEL) -> dict[str, Infinity]:
+    """An infinity per engine of ``folders`` (engine -> the folder it serves as ``name``); one
+    that does not start is left out, the report saying why."""
+    started: dict[str, Infinity] = {}
     if setup.executable is None:
-        return None
-    try:
-        return Infinity(setup.executable, bench.args.threads, bench.workdir / "infinity.log")
-    except RuntimeError as exc:
-        setup.note += f"; did not serve: {str(exc).splitlines()[0]}"
-        print(f"infinity: {exc}", file=sys.stderr)
-        setup.executable = None
-        return None
+        return started
+    for engine, folder in folders.items():
+        try:
+            started[engine] = Infinity(setup.executable, bench.args.threads,
+                                       bench.workdir / f"infinity-{engine}.log", model=folder,
+                                       name=name, engine=engine)
+        except RuntimeError as exc:
+            setup.note += f"; `--engine {engine}` did not serve: {str(exc).splitlines()[0]}"
+            print(f"infinity --engine {engine}: {exc}", file=sys.stderr)
+    return started
 
 
-def rounds(bench: Bench, servers: Servers, served: list[str], sentences: list[str],
+def rounds(bench: Bench, servers: Servers, served: list[Target], sentences: list[str],
            st_model: Any) -> tuple[list[Run], list[CeilingRun]]:
     """Every server and shape, and the ceilings, alternating within each round."""
     args = bench.args
-    bodies: dict[tuple[str, str], Path] = {}
-    for server in served:
+    bodies: dict[tuple[Target, str], Path] = {}
+    for target in served:
         for shape in args.shapes:
             path = bench.workdir / f"{len(bodies)}.jsonl"
-            path.write_text("\n".join(body_lines(server, shape, sentences, args.batch)) + "\n")
-            bodies[server, shape] = path
-    cases: list[tuple[str, str] | str] = [(s, shape) for shape in args.shapes for s in served]
+            path.write_text("\n".join(body_lines(target, shape, sentences, args.batch)) + "\n")
+            bodies[target, shape] = path
+    cases: list[tuple[Target, str] | str] = [(t, shape) for shape in args.shapes
+                                             for t in served]
     cases += list(CEILINGS)
     runs: list[Run] = []
     ceilings: list[CeilingRun] = []
@@ -129,37 +175,43 @@ def rounds(bench: Bench, servers: Servers, served: list[str], sentences: list[st
     return runs, ceilings
 
 
-def check_all(servers: Servers, served: list[str], sentences: list[str], expected: np.ndarray,
-              batch: int, diffs: dict[str, float]) -> None:
-    for name in served:
-        url = servers.infinity.base_url if name == INFINITY and servers.infinity else \
-            servers.daemon.base_url
-        diffs[name] = max(diffs.get(name, 0.0),
-                          check_server(name, url, sentences, expected, batch))
+def check_all(servers: Servers, served: list[Target], sentences: list[str],
+              expected: np.ndarray, batch: int, diffs: dict[str, float]) -> None:
+    for target in served:
+        diffs[target.label] = max(diffs.get(target.label, 0.0),
+                                  check_server(target, servers.base_url(target), sentences,
+                                               expected, batch))
 
 
-def serve_and_measure(bench: Bench, daemon: Daemon, setup: InfinitySetup, sentences: list[str],
-                      st_model: Any, expected: np.ndarray,
+def serve_and_measure(bench: Bench, daemon: Daemon, setup: InfinitySetup,
+                      folders: dict[str, Path], sentences: list[str], st_model: Any,
+                      expected: np.ndarray,
                       setting: Setting) -> tuple[list[Run], list[CeilingRun]]:
-    infinity = start_infinity(bench, setup)
+    """The infinities of ``folders`` started beside the daemon, every target's answers
+    checked, the rounds, the answers checked again; the infinities stopped."""
+    infinities = start_infinities(bench, setup, folders)
     try:
-        setting.v1 = has_v1(daemon.client)
-        servers = Servers(daemon, infinity, setting.v1, {"SnoozeML": daemon.pid})
-        served = [SNOOZE_V1] if setting.v1 else []
-        served.append(SNOOZE_OIP)
-        if infinity is not None:
-            servers.pids["infinity"] = infinity.pid
-            served.append(INFINITY)
+        engines = ["ONNX" if f == "onnx" else "torch"
+                   for f in SNOOZE_FORMATS[bench.args.snooze_format]]
+        setting.v1 = has_v1(daemon.client, MODEL_ONNX if engines == ["ONNX"] else MODEL)
+        servers = Servers(daemon, infinities, setting.v1, {"SnoozeML": daemon.pid})
+        routes = [V1, OIP] if setting.v1 else [OIP]
+        served = [Target(route, engine) for engine in engines for route in routes]
+        for engine, infinity in infinities.items():
+            servers.pids[f"infinity {engine}"] = infinity.pid
+            served.append(Target(INFINITY, engine))
+        setting.targets = served
         check_all(servers, served, sentences, expected, bench.args.batch, setting.diffs)
         runs, ceilings = rounds(bench, servers, served, sentences, st_model)
         check_all(servers, served, sentences, expected, bench.args.batch, setting.diffs)
         return runs, ceilings
     except BaseException:
-        if infinity is not None:
-            print(f"--- infinity log (last lines) ---\n{infinity.tail()}", file=sys.stderr)
+        for engine, infinity in infinities.items():
+            print(f"--- infinity --engine {engine} log (last lines) ---\n{infinity.tail()}",
+                  file=sys.stderr)
         raise
     finally:
-        if infinity is not None:
+        for infinity in infinities.values():
             infinity.stop()
 
 
@@ -175,17 +227,26 @@ def run(bench: Bench) -> Outcome:
     setup = (InfinitySetup(None, "left out (--no-infinity)") if args.no_infinity
              else install_infinity(args.infinity_venv, args.install_timeout))
     print(f"infinity: {setup.note}", file=sys.stderr)
+    engines = infinity_engines(args, setup)
+    formats = SNOOZE_FORMATS[args.snooze_format]
+    graph = minilm_onnx() if "onnx" in formats or "optimum" in engines else None
     setting = Setting([len(ids) for ids in st_model.tokenizer(sentences)["input_ids"]],
                       [len(s.split()) for s in sentences], setup,
-                      infinity_version(setup.executable) if setup.executable else "", True, {})
-    config = write_config(bench.workdir / "models.toml", [{
-        "name": MODEL, "path": str(MINILM), "format": "torch", "task": "feature-extraction",
-        "tokenize": True, "device": "cpu", "preload": True, "intra_op_threads": args.threads,
-        **batching_entry(args)}],
-        server={"idle_timeout": "never"})
-    with bench.serve(config, [MODEL], timeout_s=120.0) as daemon:
-        runs, ceilings = serve_and_measure(bench, daemon, setup, sentences, st_model, expected,
-                                           setting)
+                      infinity_version(setup.executable) if setup.executable else "", True, {},
+                      graph)
+    common = {"task": "feature-extraction", "tokenize": True, "device": "cpu", "preload": True,
+              "intra_op_threads": args.threads, **batching_entry(args)}
+    entries = {"torch": {"name": MODEL, "path": str(MINILM), "format": "torch", **common}}
+    if graph is not None:  # pooling and normalize from the folder (mean, Normalize), as tests
+        entries["onnx"] = {"name": MODEL_ONNX, "path": str(graph), "format": "onnx", **common}
+    config = write_config(bench.workdir / "models.toml", [entries[f] for f in formats],
+                          server={"idle_timeout": "never"})
+    folders = {"torch": MINILM} if "torch" in engines else {}
+    if graph is not None and "optimum" in engines:
+        folders["optimum"] = infinity_copy(graph, graph.parent.parent)
+    with bench.serve(config, [entries[f]["name"] for f in formats], timeout_s=120.0) as daemon:
+        runs, ceilings = serve_and_measure(bench, daemon, setup, folders, sentences, st_model,
+                                           expected, setting)
     text = report(bench.header("### Embeddings: all-MiniLM-L6-v2 over /v1/embeddings, OIP "
                                "infer and infinity"), runs, ceilings, setting, args)
     return Outcome(text, {

@@ -7,18 +7,39 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
 
 MODEL = "minilm"
+MODEL_ONNX = "minilm-onnx"
 ATOL = 1e-4
-SNOOZE_V1 = "SnoozeML /v1/embeddings"
-SNOOZE_OIP = "SnoozeML OIP infer (text)"
-INFINITY = "infinity /v1/embeddings"
-SERVED = (SNOOZE_V1, SNOOZE_OIP, INFINITY)
+V1, OIP, INFINITY = "v1", "oip", "infinity"  # the routes
+PATHS = {V1: "/v1/embeddings", OIP: "OIP infer (text)", INFINITY: "/v1/embeddings"}
 SHAPES = ("one", "batch")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One measured server: a route, the model it names and the engine behind it."""
+
+    route: str  # V1, OIP (the daemon's) or INFINITY
+    engine: str  # the daemon's "torch" or "ONNX"; infinity's "torch" or "optimum"
+
+    @property
+    def snooze(self) -> bool:
+        return self.route != INFINITY
+
+    @property
+    def model(self) -> str:
+        return MODEL_ONNX if self.snooze and self.engine == "ONNX" else MODEL
+
+    @property
+    def label(self) -> str:
+        server = "SnoozeML" if self.snooze else "infinity"
+        return f"{server} {self.engine} {PATHS[self.route]}"
 
 _SUBJECTS = (
     "The new library downtown", "Our support team", "A small startup in Lisbon",
@@ -91,8 +112,8 @@ def batches_of(sentences: Sequence[str], size: int) -> list[list[str]]:
 # --- request bodies ------------------------------------------------------------------------
 
 
-def v1_body(texts: str | list[str]) -> dict[str, Any]:
-    return {"model": MODEL, "input": texts}
+def v1_body(texts: str | list[str], model: str = MODEL) -> dict[str, Any]:
+    return {"model": model, "input": texts}
 
 
 def oip_body(texts: list[str]) -> dict[str, Any]:
@@ -102,29 +123,30 @@ def oip_body(texts: list[str]) -> dict[str, Any]:
     }
 
 
-def body_lines(server: str, shape: str, sentences: Sequence[str], batch: int) -> list[str]:
+def body_lines(target: Target, shape: str, sentences: Sequence[str], batch: int) -> list[str]:
     """One JSON body per sentence (``one``) or per batch; one line each, for the Lua script."""
     if shape == "one":
-        if server == SNOOZE_OIP:
+        if target.route == OIP:
             return [json.dumps(oip_body([s])) for s in sentences]
-        return [json.dumps(v1_body(s)) for s in sentences]
+        return [json.dumps(v1_body(s, target.model)) for s in sentences]
     groups = batches_of(sentences, batch)
-    if server == SNOOZE_OIP:
+    if target.route == OIP:
         return [json.dumps(oip_body(g)) for g in groups]
-    return [json.dumps(v1_body(g)) for g in groups]
+    return [json.dumps(v1_body(g, target.model)) for g in groups]
 
 
 
-def has_v1(client: httpx.Client) -> bool:
+def has_v1(client: httpx.Client, model: str = MODEL) -> bool:
     """Whether the daemon serves /v1/embeddings (it answers 404 without the route)."""
-    return client.post("/v1/embeddings", json=v1_body("probe")).status_code != 404
+    return client.post("/v1/embeddings", json=v1_body("probe", model)).status_code != 404
 
 
 # --- answers -------------------------------------------------------------------------------
 
 
-def v1_embeddings(client: httpx.Client, texts: str | list[str]) -> np.ndarray:
-    response = client.post("/v1/embeddings", json=v1_body(texts))
+def v1_embeddings(client: httpx.Client, texts: str | list[str],
+                  model: str = MODEL) -> np.ndarray:
+    response = client.post("/v1/embeddings", json=v1_body(texts, model))
     if response.status_code != 200:
         raise RuntimeError(f"/v1/embeddings: {response.status_code} {response.text[:500]}")
     doc = response.json()
@@ -139,28 +161,29 @@ def v1_embeddings(client: httpx.Client, texts: str | list[str]) -> np.ndarray:
     return np.asarray([d["embedding"] for d in data], dtype=np.float32)
 
 
-def oip_embeddings(client: httpx.Client, texts: list[str]) -> np.ndarray:
-    response = client.post(f"/v2/models/{MODEL}/infer", json=oip_body(texts))
+def oip_embeddings(client: httpx.Client, texts: list[str], model: str = MODEL) -> np.ndarray:
+    response = client.post(f"/v2/models/{model}/infer", json=oip_body(texts))
     if response.status_code != 200:
         raise RuntimeError(f"OIP infer: {response.status_code} {response.text[:500]}")
     out = response.json()["outputs"][0]
     return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
 
 
-def check_server(name: str, base_url: str, sentences: Sequence[str], expected: np.ndarray,
-                 batch: int) -> float:
+def check_server(target: Target, base_url: str, sentences: Sequence[str],
+                 expected: np.ndarray, batch: int) -> float:
     """Three sentences alone and one batch of ``batch`` through the server's route equal
     sentence-transformers' embeddings; returns the largest difference."""
+    name, model, oip = target.label, target.model, target.route == OIP
     worst = 0.0
     with httpx.Client(base_url=base_url, timeout=120.0) as http:
         for row in range(3):
-            if name == SNOOZE_OIP:
-                got = oip_embeddings(http, [sentences[row]])
+            if oip:
+                got = oip_embeddings(http, [sentences[row]], model)
             else:
-                got = v1_embeddings(http, sentences[row])
+                got = v1_embeddings(http, sentences[row], model)
             worst = max(worst, float(np.abs(got - expected[row : row + 1]).max()))
         texts = list(sentences[:batch])
-        got = oip_embeddings(http, texts) if name == SNOOZE_OIP else v1_embeddings(http, texts)
+        got = oip_embeddings(http, texts, model) if oip else v1_embeddings(http, texts, model)
         worst = max(worst, float(np.abs(got - expected[:batch]).max()))
     if worst > ATOL:
         raise RuntimeError(f"{name}: embeddings differ from sentence-transformers by {worst:.2e}")

@@ -17,6 +17,7 @@ from harness.daemon import free_port
 from harness.load import BENCH_DIR
 
 from scenarios.embeddings.corpus import MODEL
+from scenarios.embeddings.optimum import ort_threads_env
 from scenarios.minilm import MINILM
 
 CONSTRAINTS = BENCH_DIR.parent / "constraints.txt"
@@ -77,20 +78,35 @@ class Infinity:
 
     def __init__(self, executable: Path, threads: int, log: Path,
                  start_timeout_s: float = 300.0, model: Path = MINILM,
-                 name: str = MODEL) -> None:
+                 name: str = MODEL, engine: str = "torch") -> None:
         self.port = free_port()
+        self.engine = engine
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0",
                "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         cmd = [str(executable), "v2", "--model-id", str(model), "--served-model-name", name,
-               "--engine", "torch", "--device", "cpu", "--dtype", "float32",
+               "--engine", engine, "--device", "cpu", "--dtype", "float32",
                "--batch-size", "32", "--no-bettertransformer", "--no-compile",
                "--no-vector-disk-cache", "--host", "127.0.0.1", "--port", str(self.port),
                "--url-prefix", "/v1", "--log-level", "warning"]
+        cwd = None
+        if engine == "optimum":
+            # The graph as found (no quantized one preferred), mean pooling (optimum's "auto"
+            # would pool the CLS token), onnxruntime held to ``threads`` (ort_threads_env).
+            cmd += ["--onnx-do-not-prefer-quantized", "--pooling-method", "mean"]
+            env.update(ort_threads_env(log.parent / "ort-threads", threads))
+            # infinity hands optimum the graph's path as it globbed it, and optimum 2 matches
+            # it against bare file names: so the folder is the working directory, named ".",
+            # its graph at its top (onnx_export.infinity_copy). infinity keeps its optimised
+            # graph under HF_HUB_CACHE/infinity_onnx/<provider>/<model id>: one per folder.
+            cmd[cmd.index("--model-id") + 1] = "."
+            cwd = model
+            env["HF_HUB_CACHE"] = str(model.parent / f"{model.name}-hf-cache")
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                     stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                     start_new_session=True)
         deadline = time.monotonic() + start_timeout_s
         with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
             while True:
@@ -134,8 +150,10 @@ class Infinity:
 def infinity_version(executable: Path) -> str:
     python = executable.parent / "python"
     done = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(' '.join(p + ' ' + "
-         "m.version(p) for p in ('infinity-emb', 'sentence-transformers', 'transformers', "
-         "'torch')))"], capture_output=True, text=True, check=False)
+        [str(python), "-c", "import importlib.metadata as m; "
+         "v = {x.metadata['Name'].lower().replace('_', '-'): x.version "
+         "for x in m.distributions()}; print(' '.join(p + ' ' + v[p] for p in ("
+         "'infinity-emb', 'sentence-transformers', 'transformers', 'torch', 'optimum', "
+         "'onnxruntime') if p in v))"], capture_output=True, text=True, check=False)
     return done.stdout.strip() or "unknown"
 

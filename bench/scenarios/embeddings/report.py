@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from harness.report import table
 from harness.rounds import median_or_nan, spread
 
-from scenarios.embeddings.corpus import INFINITY, SERVED, SHAPES, SNOOZE_OIP, SNOOZE_V1
+from scenarios.embeddings.corpus import OIP, SHAPES, V1, Target
 from scenarios.embeddings.infinity import InfinitySetup
 from scenarios.embeddings.runs import CEIL_ARRIVAL, CEIL_SORTED, CEILINGS, CeilingRun, Run
 
@@ -27,6 +28,8 @@ class Setting:
     infinity_versions: str
     v1: bool  # the daemon served /v1/embeddings
     diffs: dict[str, float]  # the largest difference from sentence-transformers, by route
+    graph: Path | None  # the ONNX export, when a server runs it
+    targets: list[Target] = field(default_factory=list)  # the servers, in order
 
 
 def ratios(runs: Sequence[Run], ceilings: Sequence[CeilingRun], top: str, bottom: str,
@@ -62,7 +65,8 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
         f"{min(lengths)}-{max(lengths)} tokens (mean {statistics.mean(lengths):.1f})",
         f"`one`: 1 sentence per request at c{args.concurrency[0]}; `batch`: {args.batch} "
         f"sentences per request at c{args.batch_concurrency}",
-        f"SnoozeML: `format = \"torch\"`, `task = \"feature-extraction\"`, `tokenize = true`, "
+        f"SnoozeML {engines_of(setting)}: " + formats_of(setting)
+        + "`task = \"feature-extraction\"`, `tokenize = true`, "
         f"`intra_op_threads = {args.threads}`, batching "
         + (f"`max_batch_size = {args.max_batch_size or 'default'}`, `max_batch_tokens = "
            f"{args.max_batch_tokens or 'default'}`" if args.max_batch_size or args.max_batch_tokens
@@ -73,6 +77,7 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
         + (f"; {setting.infinity_versions}; `--engine torch --dtype float32 --batch-size 32 "
            f"--no-bettertransformer --no-compile --no-vector-disk-cache`, "
            f"`OMP_NUM_THREADS={args.threads}`" if infinity.executable else ""),
+        *optimum_notes(setting, args),
         f"ceiling: sentence-transformers {sentence_transformers.__version__} in the bench "
         f"process, `torch.set_num_threads({args.threads})`, no HTTP",
         "answers checked against sentence-transformers before and after the load, max abs "
@@ -80,10 +85,42 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
     ]
 
 
-def rate_rows(runs: Sequence[Run], ceilings: Sequence[CeilingRun]) -> list[tuple[object, ...]]:
+def engines_of(setting: Setting) -> str:
+    return " and ".join(sorted({t.engine for t in setting.targets if t.snooze}, reverse=True))
+
+
+def formats_of(setting: Setting) -> str:
+    """The entry's format (and model) of each engine the daemon ran."""
+    engines = {t.engine for t in setting.targets if t.snooze}
+    parts = []
+    if "torch" in engines:
+        parts.append("torch: `format = \"torch\"` (MiniLM's folder)")
+    if "ONNX" in engines:
+        parts.append(f"ONNX: `format = \"onnx\"` (its export `{setting.graph}`: "
+                     "`torch.onnx.export`, opset 17, outputs last_hidden_state and "
+                     "sentence_embedding; pooling and `normalize` from the folder: mean, "
+                     "normalised)")
+    return "; ".join(parts) + "; both " if len(parts) > 1 else (parts[0] + ", " if parts else "")
+
+
+def optimum_notes(setting: Setting, args: argparse.Namespace) -> list[str]:
+    if not any(t.engine == "optimum" for t in setting.targets):
+        return []
+    return [f"infinity optimum: the same command with `--engine optimum "
+            f"--onnx-do-not-prefer-quantized --pooling-method mean`, serving a hard-linked copy "
+            f"of the ONNX export's folder (the same graph; infinity's own optimiser step fails "
+            f"with optimum 2, it logs, and it serves the graph as exported; it mean-pools "
+            f"`last_hidden_state` itself); onnxruntime held to "
+            f"{args.threads} intra-op thread(s) by a `sitecustomize` on its `PYTHONPATH` "
+            f"(infinity passes no session options, and onnxruntime would take a thread per "
+            f"physical core)"]
+
+
+def rate_rows(runs: Sequence[Run], ceilings: Sequence[CeilingRun],
+              targets: Sequence[Target]) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
     for shape in SHAPES:
-        for server in SERVED:
+        for server in [t.label for t in targets]:
             rs = [r for r in runs if r.server == server and r.shape == shape]
             if not rs:
                 continue
@@ -107,13 +144,37 @@ def rate_rows(runs: Sequence[Run], ceilings: Sequence[CeilingRun]) -> list[tuple
     return rows
 
 
+def ratio_pairs(targets: Sequence[Target]) -> list[tuple[str, str, str]]:
+    """(top, bottom, label) of every ratio: each SnoozeML server ÷ each infinity, ONNX ÷ torch
+    on each route, /v1 ÷ OIP on each format, infinity optimum ÷ torch, each ÷ each ceiling."""
+    snooze = [t for t in targets if t.snooze]
+    infinity = [t for t in targets if not t.snooze]
+    pairs = [(s.label, i.label, f"{s.label} ÷ {i.label}") for s in snooze for i in infinity]
+    by = {(t.route, t.engine): t.label for t in snooze}
+    for route in (V1, OIP):
+        if (route, "ONNX") in by and (route, "torch") in by:
+            pairs.append((by[route, "ONNX"], by[route, "torch"],
+                          f"{by[route, 'ONNX']} ÷ {by[route, 'torch']}"))
+    for engine in ("torch", "ONNX"):
+        if (V1, engine) in by and (OIP, engine) in by:
+            pairs.append((by[V1, engine], by[OIP, engine],
+                          f"{by[V1, engine]} ÷ {by[OIP, engine]}"))
+    if len(infinity) == 2:
+        pairs.append((infinity[1].label, infinity[0].label,
+                      f"{infinity[1].label} ÷ {infinity[0].label}"))
+    for t in targets:
+        pairs += [(t.label, CEIL_SORTED, f"{t.label} ÷ ceiling sorted"),
+                  (t.label, CEIL_ARRIVAL, f"{t.label} ÷ ceiling in arrival order")]
+    return pairs
+
+
 def report(header: list[str], runs: Sequence[Run], ceilings: Sequence[CeilingRun],
            setting: Setting, args: argparse.Namespace) -> str:
-    servers = [s for s in SERVED if any(r.server == s for r in runs)]
     lines = [*header[:-1], *(f"- {note}" for note in notes(setting, args)), ""]
     lines += table(["server", "shape", "sentences/s", "p50 ms", "p99 ms", "rows/batch formed",
                     "server cores", "server CPU ms/sentence", "wrk cores",
-                    "rest of the machine, cores", "errors"], rate_rows(runs, ceilings),
+                    "rest of the machine, cores", "errors"],
+                   rate_rows(runs, ceilings, setting.targets),
                    "llrrrrrrrrr")
     others = [r.other_cpu_s / r.duration_s for r in runs]
     lines += [
@@ -130,13 +191,7 @@ def report(header: list[str], runs: Sequence[Run], ceilings: Sequence[CeilingRun
         "Ratios of sentences/s, paired within each round (median, min to max):",
         "",
     ]
-    pairs = [(SNOOZE_V1, SNOOZE_OIP, "/v1/embeddings ÷ OIP infer")]
-    if any(r.server == INFINITY for r in runs):
-        pairs += [(SNOOZE_V1, INFINITY, "SnoozeML /v1 ÷ infinity"),
-                  (SNOOZE_OIP, INFINITY, "SnoozeML OIP ÷ infinity")]
-    for server in servers:
-        pairs += [(server, CEIL_SORTED, f"{server} ÷ ceiling sorted"),
-                  (server, CEIL_ARRIVAL, f"{server} ÷ ceiling in arrival order")]
+    pairs = ratio_pairs(setting.targets)
     rows = []
     for top, bottom, label in pairs:
         cells = [spread(ratios(runs, ceilings, top, bottom, shape, args.rounds), ".2f")

@@ -20,7 +20,7 @@ from harness.daemon import Daemon
 from harness.load import run_wrk
 from harness.status import wait_idle
 
-from scenarios.embeddings.corpus import INFINITY, MODEL, SNOOZE_V1
+from scenarios.embeddings.corpus import OIP, Target
 from scenarios.embeddings.infinity import Infinity
 
 LUA = Path(__file__).resolve().parent / "bodies.lua"
@@ -90,30 +90,36 @@ class CeilingRun:
 @dataclass
 class Servers:
     daemon: Daemon
-    infinity: Infinity | None
+    infinities: dict[str, Infinity]  # by engine
     v1: bool  # the daemon serves /v1/embeddings
-    pids: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)  # "SnoozeML", "infinity <engine>"
 
-    def url(self, server: str) -> str:
-        if server == INFINITY:
-            assert self.infinity is not None
-            return f"{self.infinity.base_url}/v1/embeddings"
-        if server == SNOOZE_V1:
-            return f"{self.daemon.base_url}/v1/embeddings"
-        return f"{self.daemon.base_url}/v2/models/{MODEL}/infer"
+    def base_url(self, target: Target) -> str:
+        return (self.daemon.base_url if target.snooze
+                else self.infinities[target.engine].base_url)
+
+    def url(self, target: Target) -> str:
+        if target.route == OIP:
+            return f"{self.daemon.base_url}/v2/models/{target.model}/infer"
+        return f"{self.base_url(target)}/v1/embeddings"
+
+    @staticmethod
+    def pid_key(target: Target) -> str:
+        return "SnoozeML" if target.snooze else f"infinity {target.engine}"
 
 
-def measure(servers: Servers, bodies: Path, server: str, shape: str, round_no: int,
+def measure(servers: Servers, bodies: Path, target: Target, shape: str, round_no: int,
             args: argparse.Namespace) -> Run:
     connections = args.concurrency[0] if shape == "one" else args.batch_concurrency
     per_request = 1 if shape == "one" else args.batch
-    url = servers.url(server)
-    snooze = server != INFINITY
+    url = servers.url(target)
+    server = target.label
+    snooze = target.snooze
     if args.warm_up > 0:
         run_wrk(url, bodies, 1, connections, args.warm_up, script=LUA, timeout_s=60.0)
     client = servers.daemon.client
-    before_status = wait_idle(client, MODEL)["batching"] if snooze else None
-    own = servers.pids["SnoozeML" if snooze else "infinity"]
+    before_status = wait_idle(client, target.model)["batching"] if snooze else None
+    own = servers.pids[servers.pid_key(target)]
     others = [pid for pid in servers.pids.values() if pid != own]
     pytest = pytest_running()
     own_before = tree_cpu_s(own)
@@ -125,7 +131,7 @@ def measure(servers: Servers, bodies: Path, server: str, shape: str, round_no: i
     foreign = max(0.0, cpu.machine_s - server_cpu - other_cpu - cpu.process_s - cpu.children_s)
     rows_per_batch = None
     if before_status is not None:
-        after = wait_idle(client, MODEL)["batching"]
+        after = wait_idle(client, target.model)["batching"]
         batches = after["batches"] - before_status["batches"]
         rows_per_batch = (after["rows"] - before_status["rows"]) / batches if batches else None
     run = Run(round_no, server, shape, connections, per_request, int(result["requests"]),

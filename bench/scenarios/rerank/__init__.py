@@ -13,6 +13,12 @@ under a seeded one-label ``BertForSequenceClassification`` head, saved as a Hugg
 - infinity (infinity-emb 0.0.78, ``--engine torch --dtype float32 --batch-size 32``, its
   ``POST /v1/rerank``), from the venv the embeddings scenario installs (``--infinity-venv``,
   installed there on first use within ``--install-timeout``; ``--no-infinity`` leaves it out);
+- with ``--snooze-format onnx`` (or ``both``, separate rows in the same sitting) the daemon
+  serves the folder's ONNX export too (scenarios/onnx_export.py, cached under /tmp), as
+  ``format = "onnx"``, ``task = "text-classification"``, ``tokenize = true``; with
+  ``--infinity-engine optimum`` (or ``both``) infinity serves that export with ``--engine
+  optimum`` (``optimum[onnxruntime]`` installed into its venv on first use, onnxruntime held
+  to ``--threads``: scenarios/embeddings/optimum.py); each row is labelled with its engine;
 - the ceiling, in this process: ``CrossEncoder(folder).predict`` of each request's pairs (one
   call of 32 pairs), and of four requests' pairs in one call (``batch_size=32``; predict sorts
   them by length first).
@@ -47,20 +53,28 @@ from harness.daemon import Daemon
 from harness.report import Outcome
 from harness.rounds import alternate
 
-from scenarios.embeddings import batching_entry
+from scenarios.embeddings import (
+    SNOOZE_FORMATS,
+    add_engine_options,
+    batching_entry,
+    infinity_engines,
+    start_infinities,
+)
 from scenarios.embeddings.infinity import (
     DEFAULT_INFINITY_VENV,
-    Infinity,
     InfinitySetup,
     infinity_version,
     install_infinity,
 )
+from scenarios.onnx_export import cross_encoder_onnx, infinity_copy
 from scenarios.rerank.model import (
+    COHERE,
     INFINITY,
     MODEL,
-    SNOOZE_COHERE,
-    SNOOZE_TEI,
+    MODEL_ONNX,
+    TEI,
     Rerank,
+    Target,
     body,
     build_folder,
     check_server,
@@ -69,7 +83,7 @@ from scenarios.rerank.model import (
 from scenarios.rerank.report import Setting, report
 from scenarios.rerank.runs import CEILINGS, CeilingRun, Run, Servers, ceiling, measure
 
-ROUTES = {"cohere": SNOOZE_COHERE, "tei": SNOOZE_TEI}
+ROUTES = (COHERE, TEI)
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +96,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routes", nargs="+", choices=sorted(ROUTES), default=list(ROUTES),
                         help="the daemon's routes to measure: cohere (/v1/rerank), tei "
                              "(/rerank) (both)")
+    add_engine_options(parser)
     parser.add_argument("--ceiling-duration", type=float, default=10.0,
                         help="in-process seconds per ceiling and round (10)")
     parser.add_argument("--checks", type=int, default=3,
@@ -112,34 +127,21 @@ def reference(model: Any, checked: list[Rerank]) -> list[np.ndarray]:
     return expected
 
 
-def start_infinity(bench: Bench, setup: InfinitySetup, folder: Path) -> Infinity | None:
-    if setup.executable is None:
-        return None
-    try:
-        return Infinity(setup.executable, bench.args.threads, bench.workdir / "infinity.log",
-                        model=folder, name=MODEL)
-    except RuntimeError as exc:
-        setup.note += f"; did not serve: {str(exc).splitlines()[0]}"
-        print(f"infinity: {exc}", file=sys.stderr)
-        setup.executable = None
-        return None
-
-
-def rounds(bench: Bench, servers: Servers, served: list[str], reranks: list[Rerank],
+def rounds(bench: Bench, servers: Servers, served: list[Target], reranks: list[Rerank],
            model: Any) -> tuple[list[Run], list[CeilingRun]]:
     """Every route and the ceilings, alternating within each round."""
     args = bench.args
-    bodies: dict[str, Path] = {}
-    for number, server in enumerate(served):
+    bodies: dict[Target, Path] = {}
+    for number, target in enumerate(served):
         path = bench.workdir / f"{number}.jsonl"
-        path.write_text("".join(json.dumps(body(server, r)) + "\n" for r in reranks))
-        bodies[server] = path
-    cases = [*served, *CEILINGS]
+        path.write_text("".join(json.dumps(body(target, r)) + "\n" for r in reranks))
+        bodies[target] = path
+    cases: list[Target | str] = [*served, *CEILINGS]
     runs: list[Run] = []
     ceilings: list[CeilingRun] = []
     for round_no in range(args.rounds):
         for case in alternate(cases, round_no):
-            if case in CEILINGS:
+            if isinstance(case, str):
                 ceilings.append(ceiling(model, reranks, case, round_no, args.ceiling_duration))
             else:
                 runs.append(measure(servers, bodies[case], case, round_no, args.documents,
@@ -147,34 +149,43 @@ def rounds(bench: Bench, servers: Servers, served: list[str], reranks: list[Rera
     return runs, ceilings
 
 
-def check_all(servers: Servers, served: list[str], checked: list[Rerank],
+def check_all(servers: Servers, served: list[Target], checked: list[Rerank],
               expected: list[np.ndarray], diffs: dict[str, float]) -> None:
-    for server in served:
-        diffs[server] = max(diffs.get(server, 0.0),
-                            check_server(server, servers.url(server), checked, expected))
+    for target in served:
+        diffs[target.label] = max(diffs.get(target.label, 0.0),
+                                  check_server(target, servers.url(target), checked, expected))
 
 
-def serve_and_measure(bench: Bench, daemon: Daemon, setup: InfinitySetup, folder: Path,
-                      reranks: list[Rerank], model: Any, expected: list[np.ndarray],
+def serve_and_measure(bench: Bench, daemon: Daemon, setup: InfinitySetup,
+                      folders: dict[str, Path], reranks: list[Rerank], model: Any,
+                      expected: list[np.ndarray],
                       setting: Setting) -> tuple[list[Run], list[CeilingRun]]:
-    infinity = start_infinity(bench, setup, folder)
+    """The infinities of ``folders`` started beside the daemon, every target's answers
+    checked, the rounds, the answers checked again; the infinities stopped."""
+    infinities = start_infinities(bench, setup, folders, MODEL)
     try:
-        servers = Servers(daemon, infinity, {"SnoozeML": daemon.pid})
-        served = [ROUTES[route] for route in ROUTES if route in bench.args.routes]
-        if infinity is not None:
-            servers.pids["infinity"] = infinity.pid
-            served.append(INFINITY)
+        servers = Servers(daemon, infinities, {"SnoozeML": daemon.pid})
+        served = [Target(route, "ONNX" if fmt == "onnx" else "torch")
+                  for fmt in SNOOZE_FORMATS[bench.args.snooze_format]
+                  for route in ROUTES if route in bench.args.routes]
+        for engine, infinity in infinities.items():
+            servers.pids[f"infinity {engine}"] = infinity.pid
+            # infinity's optimum cross-encoder sends no token_type_ids (segment ids all 0):
+            # its scores are its own, their difference reported rather than enforced.
+            served.append(Target(INFINITY, engine, lenient=engine == "optimum"))
+        setting.targets = served
         checked = reranks[: len(expected)]
         check_all(servers, served, checked, expected, setting.diffs)
         runs, ceilings = rounds(bench, servers, served, reranks, model)
         check_all(servers, served, checked, expected, setting.diffs)
         return runs, ceilings
     except BaseException:
-        if infinity is not None:
-            print(f"--- infinity log (last lines) ---\n{infinity.tail()}", file=sys.stderr)
+        for engine, infinity in infinities.items():
+            print(f"--- infinity --engine {engine} log (last lines) ---\n{infinity.tail()}",
+                  file=sys.stderr)
         raise
     finally:
-        if infinity is not None:
+        for infinity in infinities.values():
             infinity.stop()
 
 
@@ -196,16 +207,25 @@ def run(bench: Bench) -> Outcome:
     setup = (InfinitySetup(None, "left out (--no-infinity)") if args.no_infinity
              else install_infinity(args.infinity_venv, args.install_timeout))
     print(f"infinity: {setup.note}", file=sys.stderr)
+    engines = infinity_engines(args, setup)
+    formats = SNOOZE_FORMATS[args.snooze_format]
+    graph = cross_encoder_onnx(folder) if "onnx" in formats or "optimum" in engines else None
     batching = batching_entry(args)
     setting = Setting(lengths, len(reranks), setup,
                       infinity_version(setup.executable) if setup.executable else "",
-                      batching.get("batching", {}), {})
-    config = write_config(bench.workdir / "models.toml", [{
-        "name": MODEL, "path": str(folder), "format": "torch", "task": "text-classification",
-        "tokenize": True, "device": "cpu", "preload": True, "intra_op_threads": args.threads,
-        **batching}], server={"idle_timeout": "never"})
-    with bench.serve(config, [MODEL], timeout_s=120.0) as daemon:
-        runs, ceilings = serve_and_measure(bench, daemon, setup, folder, reranks, model,
+                      batching.get("batching", {}), {}, graph)
+    common = {"task": "text-classification", "tokenize": True, "device": "cpu",
+              "preload": True, "intra_op_threads": args.threads, **batching}
+    entries = {"torch": {"name": MODEL, "path": str(folder), "format": "torch", **common}}
+    if graph is not None:
+        entries["onnx"] = {"name": MODEL_ONNX, "path": str(graph), "format": "onnx", **common}
+    config = write_config(bench.workdir / "models.toml", [entries[f] for f in formats],
+                          server={"idle_timeout": "never"})
+    folders = {"torch": folder} if "torch" in engines else {}
+    if graph is not None and "optimum" in engines:
+        folders["optimum"] = infinity_copy(graph, graph.parent)
+    with bench.serve(config, [entries[f]["name"] for f in formats], timeout_s=120.0) as daemon:
+        runs, ceilings = serve_and_measure(bench, daemon, setup, folders, reranks, model,
                                            expected, setting)
     text = report(bench.header(f"### Rerank: a MiniLM cross-encoder, {args.documents} "
                                f"documents a request at c{args.concurrency[0]}: SnoozeML, "

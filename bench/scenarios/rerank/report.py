@@ -6,14 +6,15 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from harness.report import table
 from harness.rounds import median_or_nan, spread
 
 from scenarios.embeddings.infinity import InfinitySetup
-from scenarios.rerank.model import INFINITY, SERVED, SNOOZE_COHERE, SNOOZE_TEI
+from scenarios.rerank.model import COHERE, TEI, Target
 from scenarios.rerank.runs import CEIL_REQUEST, CEIL_SORTED, CEILINGS, CeilingRun, Run
 
 
@@ -27,6 +28,8 @@ class Setting:
     infinity_versions: str
     batching: dict[str, int]  # the entry's [batching] table
     diffs: dict[str, float]  # the largest difference from CrossEncoder.predict, by route
+    graph: Path | None  # the ONNX export, when a server runs it
+    targets: list[Target] = field(default_factory=list)  # the rows, in order
 
 
 def ratios(runs: Sequence[Run], ceilings: Sequence[CeilingRun], top: str, bottom: str,
@@ -67,12 +70,12 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
         f"{min(lengths)}-{max(lengths)} tokens (mean {statistics.mean(lengths):.1f})",
         "model: all-MiniLM-L6-v2's weights under a seeded one-label "
         "`BertForSequenceClassification` head, a Hugging Face folder",
-        f"SnoozeML: `format = \"torch\"`, `task = \"text-classification\"`, `tokenize = true`, "
-        f"`intra_op_threads = {args.threads}`, batching {batching}, preloaded, pinned",
+        *snooze_notes(setting, args, batching),
         f"infinity: {infinity.note}"
         + (f"; {setting.infinity_versions}; `--engine torch --dtype float32 --batch-size 32 "
            f"--no-bettertransformer --no-compile --no-vector-disk-cache`, "
            f"`OMP_NUM_THREADS={args.threads}`" if infinity.executable else ""),
+        *optimum_notes(setting, args),
         f"ceiling: sentence-transformers {sentence_transformers.__version__} "
         f"`CrossEncoder(folder).predict` in the bench process, "
         f"`torch.set_num_threads({args.threads})`, no HTTP: each request's pairs in one call, "
@@ -82,9 +85,41 @@ def notes(setting: Setting, args: argparse.Namespace) -> list[str]:
     ]
 
 
-def rate_rows(runs: Sequence[Run], ceilings: Sequence[CeilingRun]) -> list[tuple[object, ...]]:
+def snooze_notes(setting: Setting, args: argparse.Namespace, batching: str) -> list[str]:
+    """How the daemon served each format it measured."""
+    common = (f"`task = \"text-classification\"`, `tokenize = true`, "
+              f"`intra_op_threads = {args.threads}`, batching {batching}, preloaded, pinned")
+    engines = {t.engine for t in setting.targets if t.snooze}
+    notes = []
+    if "torch" in engines:
+        notes.append(f"SnoozeML torch: the folder, `format = \"torch\"`, {common}")
+    if "ONNX" in engines:
+        notes.append(f"SnoozeML ONNX: its export (`torch.onnx.export`, opset 17, dynamic batch "
+                     f"and sequence; input_ids, attention_mask, token_type_ids -> logits; "
+                     f"config.json and tokenizer.json beside it: `{setting.graph}`), "
+                     f"`format = \"onnx\"`, {common}")
+    return notes
+
+
+def optimum_notes(setting: Setting, args: argparse.Namespace) -> list[str]:
+    if not any(t.engine == "optimum" for t in setting.targets):
+        return []
+    return [f"infinity optimum: the same command with `--engine optimum "
+            f"--onnx-do-not-prefer-quantized --pooling-method mean`, serving a hard-linked copy "
+            f"of the ONNX export's folder (the same graph; infinity's own optimiser step fails "
+            f"with optimum 2, it logs, and it serves the graph as exported); onnxruntime held "
+            f"to {args.threads} intra-op thread(s) by a "
+            f"`sitecustomize` on its `PYTHONPATH` (infinity passes no session options, and "
+            f"onnxruntime would take a thread per physical core). Its cross-encoder tokenizes "
+            f"with `return_token_type_ids=False`, so optimum feeds segment ids of 0: its scores "
+            f"differ from CrossEncoder's (the difference below is reported, not enforced); the "
+            f"work per pair is the same"]
+
+
+def rate_rows(runs: Sequence[Run], ceilings: Sequence[CeilingRun],
+              targets: Sequence[Target]) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
-    for server in SERVED:
+    for server in [t.label for t in targets]:
         rs = [r for r in runs if r.server == server]
         if not rs:
             continue
@@ -108,12 +143,37 @@ def rate_rows(runs: Sequence[Run], ceilings: Sequence[CeilingRun]) -> list[tuple
     return rows
 
 
+def ratio_pairs(targets: Sequence[Target]) -> list[tuple[str, str, str]]:
+    """(top, bottom, label) of every ratio: each SnoozeML row ÷ each infinity row, ONNX ÷
+    torch on each route, /v1/rerank ÷ /rerank on each format, each row ÷ each ceiling."""
+    snooze = [t for t in targets if t.snooze]
+    infinity = [t for t in targets if not t.snooze]
+    pairs = [(s.label, i.label, f"{s.label} ÷ {i.label}") for s in snooze for i in infinity]
+    by = {(t.route, t.engine): t.label for t in snooze}
+    for route in (COHERE, TEI):
+        if (route, "ONNX") in by and (route, "torch") in by:
+            pairs.append((by[route, "ONNX"], by[route, "torch"],
+                          f"{by[route, 'ONNX']} ÷ {by[route, 'torch']}"))
+    for engine in ("torch", "ONNX"):
+        if (COHERE, engine) in by and (TEI, engine) in by:
+            pairs.append((by[COHERE, engine], by[TEI, engine],
+                          f"{by[COHERE, engine]} ÷ {by[TEI, engine]}"))
+    if len(infinity) == 2:
+        pairs.append((infinity[1].label, infinity[0].label,
+                      f"{infinity[1].label} ÷ {infinity[0].label}"))
+    for t in targets:
+        pairs += [(t.label, CEIL_REQUEST, f"{t.label} ÷ ceiling {CEIL_REQUEST}"),
+                  (t.label, CEIL_SORTED, f"{t.label} ÷ ceiling {CEIL_SORTED}")]
+    return pairs
+
+
 def report(header: list[str], runs: Sequence[Run], ceilings: Sequence[CeilingRun],
            setting: Setting, args: argparse.Namespace) -> str:
     lines = [*header[:-1], *(f"- {note}" for note in notes(setting, args)), ""]
     lines += table(["route", "pairs/s", "pairs/s counted", "p50 ms", "p99 ms", "rows/batch formed",
                     "server cores", "server CPU ms/pair", "client cores",
-                    "rest of the machine, cores", "errors"], rate_rows(runs, ceilings),
+                    "rest of the machine, cores", "errors"],
+                   rate_rows(runs, ceilings, setting.targets),
                    "lrrrrrrrrrr")
     others = [r.other_cpu_s / r.duration_s for r in runs]
     lines += [
@@ -135,12 +195,7 @@ def report(header: list[str], runs: Sequence[Run], ceilings: Sequence[CeilingRun
         "Ratios of pairs/s, paired within each round (median, min to max):",
         "",
     ]
-    pairs = [(SNOOZE_COHERE, INFINITY, "SnoozeML /v1/rerank ÷ infinity"),
-             (SNOOZE_TEI, INFINITY, "SnoozeML /rerank (TEI) ÷ infinity"),
-             (SNOOZE_COHERE, SNOOZE_TEI, "SnoozeML /v1/rerank ÷ /rerank (TEI)")]
-    for server in SERVED:
-        pairs += [(server, CEIL_REQUEST, f"{server} ÷ ceiling {CEIL_REQUEST}"),
-                  (server, CEIL_SORTED, f"{server} ÷ ceiling {CEIL_SORTED}")]
+    pairs = ratio_pairs(setting.targets)
     rows = []
     for top, bottom, label in pairs:
         cell = spread(ratios(runs, ceilings, top, bottom, args.rounds), ".2f")

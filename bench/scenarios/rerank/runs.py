@@ -21,7 +21,7 @@ from harness.status import wait_idle
 
 from scenarios.embeddings.infinity import Infinity
 from scenarios.embeddings.runs import pytest_running
-from scenarios.rerank.model import INFINITY, MODEL, SNOOZE_TEI, Rerank
+from scenarios.rerank.model import TEI, Rerank, Target
 
 LOAD = Path(__file__).resolve().parent / "load.py"
 CEIL_REQUEST = "predict(32 pairs of a request)"
@@ -43,7 +43,7 @@ class Run:
     errors: int
     drain_s: float
     server_cpu_s: float  # the measured server's process tree, over the window
-    other_cpu_s: float  # the other server, idle meanwhile
+    other_cpu_s: float  # the other servers, idle meanwhile
     client_cpu_s: float  # load.py
     foreign_cpu_s: float  # the rest of the machine: neither the servers, nor load.py, nor us
     pytest: bool  # a pytest process was running when the run started
@@ -88,16 +88,19 @@ class CeilingRun:
 @dataclass
 class Servers:
     daemon: Daemon
-    infinity: Infinity | None
-    pids: dict[str, int] = field(default_factory=dict)
+    infinities: dict[str, Infinity]  # by engine
+    pids: dict[str, int] = field(default_factory=dict)  # "SnoozeML", "infinity <engine>"
 
-    def url(self, server: str) -> str:
-        if server == INFINITY:
-            assert self.infinity is not None
-            return f"{self.infinity.base_url}/v1/rerank"
-        if server == SNOOZE_TEI:
+    def url(self, target: Target) -> str:
+        if not target.snooze:
+            return f"{self.infinities[target.engine].base_url}/v1/rerank"
+        if target.route == TEI:
             return f"{self.daemon.base_url}/rerank"
         return f"{self.daemon.base_url}/v1/rerank"
+
+    @staticmethod
+    def pid_key(target: Target) -> str:
+        return "SnoozeML" if target.snooze else f"infinity {target.engine}"
 
 
 @dataclass
@@ -137,15 +140,15 @@ def drive(url: str, bodies: Path, connections: int, warm_up_s: float, duration_s
     return summary, marks["start"], marks["end"]
 
 
-def measure(servers: Servers, bodies: Path, server: str, round_no: int, documents: int,
+def measure(servers: Servers, bodies: Path, target: Target, round_no: int, documents: int,
             args: Any) -> Run:
-    snooze = server != INFINITY
+    server = target.label
     client = servers.daemon.client
-    before = wait_idle(client, MODEL)["batching"] if snooze else None
-    own = servers.pids["SnoozeML" if snooze else "infinity"]
+    before = wait_idle(client, target.model)["batching"] if target.snooze else None
+    own = servers.pids[servers.pid_key(target)]
     others = [pid for pid in servers.pids.values() if pid != own]
     pytest = pytest_running()
-    summary, start, end = drive(servers.url(server), bodies, args.concurrency[0], args.warm_up,
+    summary, start, end = drive(servers.url(target), bodies, args.concurrency[0], args.warm_up,
                                 args.duration, own, others)
     server_cpu = end.server - start.server
     other_cpu = end.others - start.others
@@ -154,7 +157,7 @@ def measure(servers: Servers, bodies: Path, server: str, round_no: int, document
                   - (end.own - start.own))
     rows_per_batch = None
     if before is not None:
-        after = wait_idle(client, MODEL)["batching"]
+        after = wait_idle(client, target.model)["batching"]
         batches = after["batches"] - before["batches"]
         rows_per_batch = (after["rows"] - before["rows"]) / batches if batches else None
     run = Run(round_no, server, args.concurrency[0], documents, int(summary["requests"]),
