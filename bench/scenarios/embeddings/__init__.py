@@ -116,6 +116,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES),
                         help="which shapes to run (both)")
     parser.add_argument("--sentences", type=int, default=512, help="corpus size (512)")
+    add_engine_options(parser)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every server and of the ceiling (1)")
     parser.add_argument("--ceiling-duration", type=float, default=10.0,
