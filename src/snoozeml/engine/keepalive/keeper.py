@@ -35,7 +35,7 @@ from snoozeml.engine.events import EventBus
 from snoozeml.engine.idle import IdleTimer
 from snoozeml.engine.keepalive.events import ColdStart, KeepAlivePlanned, Prewarm
 from snoozeml.engine.keepalive.histogram import IdleHistogram
-from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, plan, steady
+from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, next_arrival_s, plan
 from snoozeml.engine.lifecycle import State
 
 PREWARMS_PER_MINUTE = 30.0
@@ -256,16 +256,9 @@ class KeepAlive:
         return held
 
     def next_use_s(self, now: float) -> float | None:
-        """Seconds until the next request is likely (the first of the gaps' 5th, 50th and
-        99th percentiles still ahead); None while busy, with a young history, or overdue."""
-        since, count, settings = self.idle_since, self.history.count, self.settings
-        young = count < settings.min_history and not (
-            count >= settings.min_steady_history and steady(self.history))
-        if since is None or young:
+        """Seconds until the next request is expected (policy.py's `next_arrival_s`, as the
+        benchmark's simulator reads it): None for a fixed model, while busy, with a young
+        history, or overdue."""
+        if self.plan is None or self.idle_since is None:
             return None
-        waited = now - since
-        for q in (self.settings.low, 0.5, self.settings.high):
-            gap = self.history.percentile(q)
-            if gap is not None and gap > waited:
-                return gap - waited
-        return None
+        return next_arrival_s(self.history, self.plan, now - self.idle_since, self.settings)
