@@ -104,11 +104,27 @@ def test_a_poisson_model_called_every_second_keeps_its_fixed_window() -> None:
     assert chosen == Plan(600.0, None, None, "fallback: unpredictable")
 
 
-def test_a_poisson_model_whose_mean_gap_passes_its_window_is_unloaded_right_away() -> None:
-    # a 10-minute window would catch 45% of its calls for 451 s of idle memory a gap: more
-    # than they are worth at 600 s a cold start
-    chosen = plan(filled(exponential(1000.0)), 600.0)
+def test_a_poisson_model_whose_mean_gap_passes_what_a_cold_start_is_worth_is_unloaded() -> None:
+    # a cold start is worth 4 windows (2,400 s) of idle time; a 10-minute window would catch
+    # 11% of its calls for 570 s of idle memory a gap
+    chosen = plan(filled(exponential(5000.0)), 600.0)
     assert chosen == Plan(0.0, None, None, "learned")
+
+
+def test_a_poisson_model_called_more_often_than_that_is_kept_past_its_window() -> None:
+    # mean gap 1,000 s: a 10-minute window misses 55% of its calls; kept to its 99th
+    # percentile, it misses about 1%
+    chosen = plan(filled(exponential(1000.0)), 600.0)
+    assert chosen.reason == "learned"
+    assert chosen.prewarm_after_s is None
+    assert chosen.unload_after_s > 4000.0  # type: ignore[operator]
+
+
+def test_what_a_cold_start_is_worth_is_a_knob() -> None:
+    # worth one window: the same model is unloaded right away
+    settings = KeepAliveSettings(cold_start_worth=1.0)
+    assert plan(filled(exponential(1000.0)), 600.0, settings) == Plan(0.0, None, None,
+                                                                       "learned")
 
 
 def test_an_hourly_timer_with_a_short_fallback_is_unloaded_not_pre_warmed() -> None:
