@@ -251,6 +251,7 @@ class Simulation:
         model.ready_at = now + model.load_s
         model.busy_s = 0.0
         model.uses = 0
+        model.clock = self.inflation  # Greedy-Dual: a load is an access
         model.prewarmed = prewarm
         self.used_mib += model.size_mib
         self.result.loads += 1
