@@ -86,7 +86,7 @@ SCENARIOS: dict[str, Scenario] = {
     "keepalive": Scenario(
         "keepalive", "fixed vs adaptive keep-alive, LRU vs cost-aware eviction, on a seeded "
         "Azure-like trace of 60 models over 12 h, simulated; a slice replayed live (issue 34)",
-        "~3 min", {}, ("simulation", "replay"), wrk=False),
+        "~1 min + 4 min", {}, ("simulation", "replay"), wrk=False),
     "http_servers": Scenario(
         "http_servers", "one JSON inference under uvicorn, granian and the daemon's own "
         "protocol (issue 19)", "~2 min",

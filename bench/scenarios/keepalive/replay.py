@@ -43,7 +43,18 @@ MAX_RATE = 4.0  # requests a second a replayed model may send at most
 RUN_S = 0.001  # a lookup's run time, for the simulator
 AIM = 0.10  # the daemon within 10% of the simulator
 KIND_ORDER = ("timer", "poisson", "bursty", "rare")
-COLD = re.compile(r'^snooze_cold_starts_total\{model="([^"]+)",cause="request"\} (\S+)$', re.M)
+COLD = re.compile(r'^snooze_cold_starts_total\{([^}]*)\} (\S+)$', re.M)
+MODEL = re.compile(r'model="([^"]+)"')
+
+
+def request_cold_starts(metrics: str) -> dict[str, int]:
+    """Each model's loads caused by a request, from the daemon's /metrics."""
+    found: dict[str, int] = {}
+    for labels, value in COLD.findall(metrics):
+        model = MODEL.search(labels)
+        if model and 'cause="request"' in labels:
+            found[model.group(1)] = int(float(value))
+    return found
 
 
 def add_replay_options(parser: argparse.ArgumentParser) -> None:
@@ -122,7 +133,8 @@ def replay(bench: Bench) -> tuple[list[str], dict[str, Any]]:
     config = write_config(
         bench.workdir / "models.toml",
         [{"name": n, "path": f"{n}.onnx", "intra_op_threads": 1} for n in names],
-        server={"idle_timeout": f"{fallback:g}s", "keep_alive": "adaptive"})
+        server={"idle_timeout": f"{fallback:g}s", "keep_alive": "adaptive",
+                "cache_dir": str(bench.workdir / "cache")})  # no history from an earlier run
     print(f"replay: {len(names)} models, {len(arrivals):,} requests over {end_s:.0f} s",
           file=sys.stderr)
     with bench.serve(config) as daemon:
@@ -133,7 +145,14 @@ def replay(bench: Bench) -> tuple[list[str], dict[str, Any]]:
             time.sleep(rest)  # the slice's end: idle memory-time counts up to it
         status = {m["name"]: m for m in admin_status(daemon.client)["models"]}
         metrics = daemon.client.get("/metrics").text
-    daemon_cold = {name: int(float(v)) for name, v in COLD.findall(metrics)}
+    (bench.workdir.parent / "snooze-keepalive-metrics.txt").write_text(metrics, encoding="utf-8")
+    daemon_cold = request_cold_starts(metrics)
+    if not daemon_cold:  # no metrics: every load less the pre-warms that loaded
+        print("replay: no snooze_cold_starts_total in /metrics; counting loads", file=sys.stderr)
+        for name in names:
+            keep = (status[name].get("keep_alive") or {}).get("prewarms") or {}
+            daemon_cold[name] = int(status[name]["loads"]) - int(keep.get("used", 0)) \
+                - int(keep.get("wasted", 0))
     sizes = [(status[n]["measured_bytes"] or status[n]["predicted_bytes"] or 0) / MIB
              for n in names]
     loads = [(status[n]["last_load_ms"] or 0.0) / 1000 for n in names]
@@ -153,13 +172,14 @@ def _report(args: argparse.Namespace, trace: Trace, chosen: Sequence[int],
     wasted = sum(int(p.get("wasted", 0)) for p in prewarms)
     sim_cold = predicted.loads - predicted.prewarms
     rows = []
-    for name, index in zip(names, chosen, strict=True):
+    for number, (name, index) in enumerate(zip(names, chosen, strict=True)):
         model = trace.models[index]
         keep = status[name].get("keep_alive") or {}
         measured = (status[name]["measured_bytes"] or 0) / MIB
         rows.append([name, model.kind, model.detail, f"{measured:.1f}",
                      f"{status[name]['last_load_ms'] or 0:.0f}", status[name]["requests"],
-                     daemon_cold.get(name, 0), keep.get("reason") or "—",
+                     daemon_cold.get(name, 0), predicted.per_model[number][0],
+                     keep.get("reason") or "—",
                      f"{float(keep.get('idle_memory_byte_seconds', 0.0)) / MIB:,.0f}"])
     cold_ratio = cold / sim_cold if sim_cold else float("inf")
     idle_ratio = idle / predicted.idle_mib_s if predicted.idle_mib_s else float("inf")
@@ -171,7 +191,7 @@ def _report(args: argparse.Namespace, trace: Trace, chosen: Sequence[int],
              + ", ".join(f"{code or 'error'}: {n:,}" for code, n in sorted(statuses.items())),
              ""]
     per_model = table(["model", "kind", "trace", "MiB", "load ms", "requests", "cold starts",
-                       "plan", "idle MiB·s"], rows, "lllrrrrlr")
+                       "simulated", "plan", "idle MiB·s"], rows, "lllrrrrrlr")
     against = table(["", "daemon", "simulator", "ratio", "within 10%"], [
         ["cold starts (request loads)", cold, sim_cold, f"{cold_ratio:.2f}",
          yes(abs(cold_ratio - 1) <= AIM)],
