@@ -18,6 +18,7 @@ import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import AoT, Table
 
+from snoozeml.config.settings import TEXT_MAX_BATCH_SIZE
 from snoozeml.errors import ConfigError
 from snoozeml.hub.scan import ScannedModel
 
@@ -112,7 +113,10 @@ def _table(entry: ScannedModel, base: Path, header: str | None) -> Table:
         batching = tomlkit.table()
         if entry.batching_note:
             batching.add(tomlkit.comment(entry.batching_note))
-        batching.add("max_batch_size", entry.max_batch_size)
+        # A model that tokenizes batches more rows by default (its runs are bounded by tokens).
+        rows = TEXT_MAX_BATCH_SIZE if entry.tokenize and entry.max_batch_size > 1 \
+            else entry.max_batch_size
+        batching.add("max_batch_size", rows)
         table.add("batching", batching)
     if entry.image is not None:
         image = tomlkit.table()

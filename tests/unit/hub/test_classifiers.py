@@ -89,8 +89,9 @@ def test_a_cross_encoder_in_the_hub_onnx_layout_is_written_with_its_task(tmp_pat
     assert model.role == "a reranker on /v1/rerank, /v2/rerank and /rerank"
     assert "config.json names BertForSequenceClassification" in notes_of(model)
     entry = tomllib.loads(render_toml([model], tmp_path))["models"][0]
+    # A model that tokenizes gathers 128 rows a batch, sorted into runs by length.
     assert (entry["task"], entry["tokenize"], entry["batching"]) == (
-        "text-classification", True, {"max_batch_size": 32})
+        "text-classification", True, {"max_batch_size": 128})
     assert "pooling" not in entry
     assert "tokenizer" not in entry
     spec = written_spec(model, tmp_path)
