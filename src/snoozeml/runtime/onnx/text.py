@@ -237,12 +237,7 @@ class OnnxTextInstance:
             return {name: self._empty(name) for name in wanted}
         graph: Arrays = {}
         if names:
-            typed = {name: np.asarray(value, dtype=self._graph_inputs[name])
-                     for name, value in feeds.items() if name in self._graph_inputs}
-            if "token_type_ids" in self._graph_inputs and "token_type_ids" not in typed:
-                typed["token_type_ids"] = np.zeros(typed["input_ids"].shape,
-                                                   dtype=self._graph_inputs["token_type_ids"])
-            graph = self._inner.run_blocking(typed, names)
+            graph = self._inner.run_blocking(graph_feeds(feeds, self._graph_inputs), names)
         results: Arrays = {}
         for name in wanted:
             if name == EMBEDDING:
@@ -272,6 +267,17 @@ class OnnxTextInstance:
     def close(self) -> None:
         self._inner.close()
         self._tokenizer = None
+
+
+def graph_feeds(feeds: Arrays, graph_inputs: Mapping[str, Any]) -> Arrays:
+    """Token feeds as the graph takes them: its inputs only, in its dtypes, and
+    `token_type_ids` as zeros when the graph takes them and the feeds have none."""
+    typed = {name: np.asarray(value, dtype=graph_inputs[name])
+             for name, value in feeds.items() if name in graph_inputs}
+    if "token_type_ids" in graph_inputs and "token_type_ids" not in typed:
+        typed["token_type_ids"] = np.zeros(typed["input_ids"].shape,
+                                           dtype=graph_inputs["token_type_ids"])
+    return typed
 
 
 def check_token_feeds(inputs: Arrays, limits: TokenLimits, graph_inputs: Mapping[str, Any],

@@ -32,6 +32,7 @@ from snoozeml.runtime.onnx.text import (
     check_token_feeds,
     check_token_inputs,
     empty_output,
+    graph_feeds,
     split_token_rows,
     token_limits,
 )
@@ -171,12 +172,7 @@ class OnnxTextClassifier:
         names = [name for name in wanted if name in self._graph_outputs]
         results: Arrays = {}
         if names:
-            typed = {name: np.asarray(value, dtype=self._graph_inputs[name])
-                     for name, value in feeds.items() if name in self._graph_inputs}
-            if "token_type_ids" in self._graph_inputs and "token_type_ids" not in typed:
-                typed["token_type_ids"] = np.zeros(typed["input_ids"].shape,
-                                                   dtype=self._graph_inputs["token_type_ids"])
-            results = self._inner.run_blocking(typed, names)
+            results = self._inner.run_blocking(graph_feeds(feeds, self._graph_inputs), names)
         if LOGITS in results:
             check_logits(results[LOGITS], self._metadata.name)
         if TOKEN_COUNT in wanted:
