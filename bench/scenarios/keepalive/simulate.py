@@ -23,7 +23,13 @@ from dataclasses import dataclass, field, replace
 
 from snoozeml.engine.keepalive.histogram import IdleHistogram
 from snoozeml.engine.keepalive.keeper import PrewarmBudget
-from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, next_arrival_s, plan
+from snoozeml.engine.keepalive.policy import (
+    KeepAliveSettings,
+    Plan,
+    next_arrival_s,
+    plan,
+    wasted_share,
+)
 from snoozeml.engine.memory.budgets import Resident, pick_victims, pick_victims_by_cost
 
 from .trace import Trace
@@ -94,6 +100,7 @@ class State:
     uses: int = 0
     clock: float | None = None
     prewarmed: bool = False  # loaded by a pre-warm, no request yet
+    wasted: float = 0.0  # the share of its recent pre-warms nobody used (as the keeper's)
     version: int = 0  # bumped by every request: cancels the timers set before it
     plan: Plan | None = None
     planned_at: float = -1e9
@@ -172,6 +179,7 @@ class Simulation:
         result.requests += 1
         if model.busy_until >= 0 and now > model.busy_until:
             model.histogram.add(now - model.busy_until)
+            model.wasted = wasted_share(model.wasted, self.policy.settings)
         model.version += 1
         if not model.loaded:
             self._load(now, index, prewarm=False)
@@ -185,6 +193,7 @@ class Simulation:
         if model.prewarmed:
             result.prewarm_used += 1
             model.prewarmed = False
+            model.wasted = wasted_share(model.wasted, self.policy.settings, "used")
         start = now + wait
         end = start + model.run_s
         model.busy_s += max(end - max(start, model.busy_until), 0.0)
@@ -217,7 +226,7 @@ class Simulation:
                 now - model.planned_at >= REPLAN_EVERY_S
                 or count <= self.policy.settings.min_history)):
             model.plan = plan(model.histogram, window, self.policy.settings,
-                              load_s=model.load_s)
+                              load_s=model.load_s, wasted=model.wasted)
             model.planned_at, model.planned_count = now, count
         return model.plan
 
@@ -257,7 +266,7 @@ class Simulation:
         self.result.loads += 1
         self.result.prewarms += int(prewarm)
 
-    def _unload(self, now: float, index: int) -> None:
+    def _unload(self, now: float, index: int, evicted: bool = False) -> None:
         model = self.models[index]
         held = now - model.load_began
         loading = min(model.load_s, held)
@@ -268,6 +277,8 @@ class Simulation:
         model.idle_mib_s += idle
         if model.prewarmed:
             self.result.prewarm_wasted += 1
+            if not evicted:  # as the keeper: its window ran out, not memory pressure
+                model.wasted = wasted_share(model.wasted, self.policy.settings, "wasted")
         model.loaded = False
         model.prewarmed = False
         self.used_mib -= model.size_mib
@@ -297,7 +308,7 @@ class Simulation:
 
     def _evict(self, now: float, index: int) -> None:
         self.result.evictions += 1
-        self._unload(now, index)
+        self._unload(now, index, evicted=True)
 
     def _residents(self, now: float, index: int,
                    spare_within: float | None = None) -> list[Resident]:

@@ -382,7 +382,7 @@ class Model:
         try:
             self._move(Event.UNLOAD)
             self._idle.cancel()
-            self.keep.unloading()
+            self.keep.unloading(reason)
             await self._leases.drained()
             try:
                 async with self.steps.lock:  # a replica being added or drained finishes first

@@ -27,7 +27,8 @@ class ColdStart(EngineEvent):
 @dataclass(slots=True)
 class Prewarm(EngineEvent):
     """A pre-warm started, or ended: `used` (a request came while it was loading or loaded),
-    `wasted` (the model unloaded first), `skipped` (it never loaded: `detail` says why)."""
+    `wasted` (the model unloaded first: `detail` is the unload's reason, empty when its
+    window ran out), `skipped` (it never loaded: `detail` says why)."""
 
     model: str
     outcome: str  # "started" or one of PREWARM_OUTCOMES

@@ -14,7 +14,9 @@ its idle memory-time; only a model with `keep_alive = "adaptive"` acts on them:
   one expected back sooner (the model's `start_prewarm`), within the daemon's pre-warm budget
   (`PrewarmBudget`); the pre-warmed model stays until `keep_until_s` unless a request comes;
 - a pre-warm ends `used` (a request came while it loaded or was loaded), `wasted` (the model
-  unloaded first) or `skipped` (it never loaded: the budget, memory, the model's state).
+  unloaded first) or `skipped` (it never loaded: the budget, memory, the model's state); used
+  and wasted ones (its window ran out, not an eviction) move the model's `wasted` share, which
+  its next plans are charged for.
 
 A `keep_alive = "fixed"` model behaves as before: the idle timer keeps its `idle_timeout`.
 
@@ -35,7 +37,13 @@ from snoozeml.engine.events import EventBus
 from snoozeml.engine.idle import IdleTimer
 from snoozeml.engine.keepalive.events import ColdStart, KeepAlivePlanned, Prewarm
 from snoozeml.engine.keepalive.histogram import IdleHistogram
-from snoozeml.engine.keepalive.policy import KeepAliveSettings, Plan, next_arrival_s, plan
+from snoozeml.engine.keepalive.policy import (
+    KeepAliveSettings,
+    Plan,
+    next_arrival_s,
+    plan,
+    wasted_share,
+)
 from snoozeml.engine.lifecycle import State
 
 PREWARMS_PER_MINUTE = 30.0
@@ -99,6 +107,7 @@ class KeepAlive:
         self.loaded_by = ""  # the last load's cause (keepalive/events.py CAUSES)
         self.load_s = 0.0  # the last load's seconds
         self.prewarms = {"used": 0, "wasted": 0, "skipped": 0}
+        self.wasted = 0.0  # the share of its recent pre-warms nobody used (policy.wasted_share)
         self.idle_byte_seconds = 0.0  # closed idle periods' memory-time
         self._clock = clock
         self._events = events
@@ -126,6 +135,7 @@ class KeepAlive:
         now = self._clock.now()
         if self.idle_since is not None:
             self.history.add(now - self.idle_since)
+            self.wasted = wasted_share(self.wasted, self.settings)
             self.idle_since = None
         self._close_idle(now)
         self._cancel_prewarm()
@@ -150,7 +160,8 @@ class KeepAlive:
         count = self.history.count
         if self.plan is None or (count != self._planned_count and (
                 now - self._planned_at >= REPLAN_EVERY_S or count <= self.settings.min_history)):
-            chosen = plan(self.history, self.fallback_s, self.settings, self.load_s)
+            chosen = plan(self.history, self.fallback_s, self.settings, self.load_s,
+                          self.wasted)
             if self.plan is None or chosen.reason != self.plan.reason:
                 self._events.publish(KeepAlivePlanned(
                     self.name, chosen.reason, chosen.unload_after_s, chosen.prewarm_after_s,
@@ -198,6 +209,8 @@ class KeepAlive:
     def _settle(self, outcome: str, detail: str = "") -> None:
         self._pending = False
         self.prewarms[outcome] += 1
+        if outcome == "used" or (outcome == "wasted" and not detail):
+            self.wasted = wasted_share(self.wasted, self.settings, outcome)
         self._events.publish(Prewarm(self.name, outcome, detail))
 
     def _cancel_prewarm(self) -> None:
@@ -235,11 +248,13 @@ class KeepAlive:
         if self._pending:
             self._settle("skipped", why)
 
-    def unloading(self) -> None:
-        """An unload starts: the model holds no idle memory from now."""
+    def unloading(self, reason: str = "idle") -> None:
+        """An unload starts (`reason`: engine/model.py's): the model holds no idle memory from
+        now. A pre-warm nobody used is wasted; the policy is charged for it only when its own
+        window ran out ("idle"), not when memory pressure or an operator took the model."""
         self._close_idle(self._clock.now())
         if self._pending:
-            self._settle("wasted")
+            self._settle("wasted", "" if reason == "idle" else reason)
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -23,7 +23,15 @@ memory; 8 adds little). A plan that is no cheaper than the fallback loses to it 
 unpredictable"): a memoryless (Poisson) model called more often than that keeps its fixed
 window, or is kept longer; one called less often is unloaded right away.
 
-Pure: a function of the histogram and the settings; the engine keeps the clock.
+A pre-warm nobody used counts against the policy: each model keeps the share of its recent
+pre-warms that were wasted (`wasted_share`: the newest weighs a quarter, and the share fades
+by 5% a gap), and where that share is above what its histogram predicts, the pre-warm plan is
+charged the difference as cold starts and windows held for nothing (`observed`). A model
+whose pre-warms keep missing falls back to keeping alive or unloading, and tries again once
+the evidence has faded.
+
+Pure: a function of the histogram, the wasted share and the settings; the engine keeps the
+clock.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ class KeepAliveSettings:
     cold_start_worth: float = 4.0  # idle seconds a cold start is worth, in fallback windows
     cold_start_worth_s: float = 60.0  # ... and at least this many
     keep_quantiles: tuple[float, ...] = (0.5, 0.75, 0.9, 0.95)  # shorter windows also weighed
+    waste_weight: float = 0.25  # the newest pre-warm's weight in the share nobody used
+    waste_forget: float = 0.95  # ... and what is left of that share after each new gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +77,11 @@ class Expected:
 
 
 def plan(histogram: IdleHistogram, fallback_s: float | None,
-         settings: KeepAliveSettings = KeepAliveSettings(), load_s: float = 0.0) -> Plan:
+         settings: KeepAliveSettings = KeepAliveSettings(), load_s: float = 0.0,
+         wasted: float = 0.0) -> Plan:
     """The plan for a model whose last request just ended. `fallback_s` is its idle_timeout
-    (None: pinned), `load_s` its last load's seconds (a pre-warm starts that much earlier)."""
+    (None: pinned), `load_s` its last load's seconds (a pre-warm starts that much earlier),
+    `wasted` the share of its recent pre-warms that nobody used (`wasted_share`)."""
     if fallback_s is None:
         return Plan(None, None, None, "pinned")
     if histogram.count < settings.min_history and not (
@@ -82,7 +94,7 @@ def plan(histogram: IdleHistogram, fallback_s: float | None,
     best = Plan(fallback_s, None, None, "fallback: unpredictable")
     best_cost = cost(_expected(best, gaps), worth)
     for candidate in candidates(histogram, settings, load_s):
-        candidate_cost = cost(_expected(candidate, gaps), worth)
+        candidate_cost = cost(observed(candidate, _expected(candidate, gaps), wasted), worth)
         if candidate_cost < best_cost:
             best, best_cost = candidate, candidate_cost
     return best
@@ -115,6 +127,27 @@ def candidates(histogram: IdleHistogram, settings: KeepAliveSettings,
             found.append(Plan(window * (1 + settings.margin), None, None, "learned"))
     found.append(Plan(0.0, None, None, "learned"))
     return found
+
+
+def observed(chosen: Plan, outcome: Expected, wasted: float) -> Expected:
+    """A pre-warm plan's `outcome` once its model's own pre-warms count against it: where more
+    of them went unused (`wasted`) than the histogram predicts, each one more is a pre-warm
+    held to its window's end for nothing and the cold start of the request that came after."""
+    if chosen.prewarm_after_s is None or wasted <= outcome.wasted:
+        return outcome
+    more = wasted - outcome.wasted
+    held = 0.0 if chosen.keep_until_s is None else chosen.keep_until_s - chosen.prewarm_after_s
+    return Expected(min(outcome.cold + more, 1.0), outcome.idle_s + more * max(held, 0.0),
+                    wasted)
+
+
+def wasted_share(share: float, settings: KeepAliveSettings, prewarm: str | None = None) -> float:
+    """The share of a model's recent pre-warms nobody used, after one more ended (`prewarm`:
+    "used" or "wasted"), or after a new gap (None: the evidence ages, so a model that stopped
+    pre-warming because of it tries again once its gaps say so long enough)."""
+    if prewarm is None:
+        return share * settings.waste_forget
+    return share + settings.waste_weight * (float(prewarm == "wasted") - share)
 
 
 def cost(outcome: Expected, worth_s: float) -> float:

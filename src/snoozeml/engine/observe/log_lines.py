@@ -126,9 +126,10 @@ def _prewarm(event: Prewarm) -> None:
         log_event("prewarm", model=event.model)
     elif event.outcome == "skipped":
         log_event("prewarm_skipped", model=event.model, reason=event.detail)
-    else:  # used, wasted
-        log_event("prewarm_used" if event.outcome == "used" else "prewarm_wasted",
-                  model=event.model)
+    elif event.outcome == "wasted":  # its window ran out, or it was unloaded for `detail`
+        log_event("prewarm_wasted", model=event.model, reason=event.detail or "window_ended")
+    else:
+        log_event("prewarm_used", model=event.model)
 
 
 def _planned(event: KeepAlivePlanned) -> None:

@@ -258,6 +258,64 @@ def test_a_prewarm_nobody_uses_is_wasted_once_its_window_ends(tmp_path: Path) ->
 
     assert run(manager, scenario) == [State.READY, State.UNLOADED]
     assert model.keep.prewarms == {"used": 0, "wasted": 1, "skipped": 0}
+    assert model.keep.wasted == 0.25  # charged to its plans
+
+
+def test_a_prewarm_unloaded_by_an_operator_is_wasted_but_not_charged(tmp_path: Path) -> None:
+    seed_histories(tmp_path, {"m": [20.0] * 12})
+    manager, clock, seen = manager_for(
+        tmp_path, {"m": {"idle_timeout": "5s", "keep_alive": "adaptive"}})
+    model = manager.models["m"]
+
+    async def scenario() -> State:
+        await use(model)
+        clock.advance(1.0)
+        await settle(model)
+        clock.advance(19.0)
+        await settle(model)
+        loaded = model.state
+        await model.unload("admin")
+        return loaded
+
+    assert run(manager, scenario) == State.READY
+    assert model.keep.prewarms["wasted"] == 1
+    assert model.keep.wasted == 0.0
+    assert [e.detail for e in seen if isinstance(e, Prewarm) and e.outcome == "wasted"] \
+        == ["admin"]
+
+
+def test_prewarms_nobody_uses_turn_the_model_to_keeping_alive_until_the_evidence_fades(
+    tmp_path: Path,
+) -> None:
+    seed_histories(tmp_path, {"m": [20.0] * 200})  # a 20 s timer, long learned
+    manager, clock, _ = manager_for(
+        tmp_path, {"m": {"idle_timeout": "5s", "keep_alive": "adaptive"}})
+    model = manager.models["m"]
+
+    async def step(seconds: float) -> State:
+        clock.advance(seconds)
+        await settle(model)
+        return model.state
+
+    async def scenario() -> tuple[list[State], list[State], bool]:
+        missed = []
+        for _ in range(2):  # pre-warmed on time, then no request until long after its window
+            await use(model)
+            missed += [await step(1.0), await step(19.0), await step(30.0)]
+        await use(model)
+        kept = [await step(1.0), await step(19.0)]  # the plan now keeps it, no pre-warm
+        for _ in range(20):  # the timer again, each request warm; the evidence fades
+            await use(model)
+            await step(20.0)
+        return missed, kept, model.keep.plan is not None \
+            and model.keep.plan.prewarm_after_s is not None
+
+    missed, kept, prewarms_again = run(manager, scenario)
+    assert missed == [State.UNLOADED, State.READY, State.UNLOADED] * 2
+    assert model.keep.prewarms["wasted"] == 2
+    assert kept == [State.READY, State.READY]
+    assert prewarms_again
+    assert model.keep.wasted < 0.25
 
 
 # --- histories across restarts ----------------------------------------------------------------

@@ -16,11 +16,14 @@ from snoozeml.engine.keepalive.histogram import (
     upper_edge,
 )
 from snoozeml.engine.keepalive.policy import (
+    Expected,
     KeepAliveSettings,
     Plan,
     expected,
     next_arrival_s,
+    observed,
     plan,
+    wasted_share,
 )
 
 
@@ -152,6 +155,46 @@ def test_the_fallback_wins_ties() -> None:
     # every gap is covered by the fallback and by the learned window alike, for the same time
     chosen = plan(filled([0.001] * 20), 600.0)
     assert chosen.reason == "fallback: unpredictable"
+
+
+def test_pre_warms_nobody_used_count_against_the_pre_warm_plan() -> None:
+    history = filled([300.0] * 10)
+    assert plan(history, 600.0).prewarm_after_s is not None
+    assert plan(history, 600.0, wasted=0.05).prewarm_after_s is not None  # still cheaper
+    missed = plan(history, 600.0, wasted=0.5)
+    assert missed.prewarm_after_s is None
+    assert missed.unload_after_s is not None
+    assert missed.unload_after_s >= 300.0  # kept alive
+
+
+PREWARM = Plan(0.0, 90.0, 110.0, "x")
+OBSERVED_CASES = [  # (plan, predicted, wasted share seen, charged)
+    pytest.param(PREWARM, Expected(0.0, 10.0, 0.0), 0.5, Expected(0.5, 20.0, 0.5),
+                 id="half-wasted-where-none-was-predicted"),
+    pytest.param(PREWARM, Expected(0.3, 10.0, 0.2), 0.5, Expected(0.6, 16.0, 0.5),
+                 id="the-difference-only"),
+    pytest.param(PREWARM, Expected(0.1, 10.0, 0.1), 0.05, Expected(0.1, 10.0, 0.1),
+                 id="fewer-wasted-than-predicted-changes-nothing"),
+    pytest.param(Plan(600.0, None, None, "x"), Expected(0.1, 10.0, 0.0), 1.0,
+                 Expected(0.1, 10.0, 0.0), id="a-plan-without-pre-warm-is-not-charged"),
+]
+
+
+@pytest.mark.parametrize(("chosen", "predicted", "wasted", "charged"), OBSERVED_CASES)
+def test_observed_waste_is_charged_to_a_pre_warm_plan(chosen: Plan, predicted: Expected,
+                                                      wasted: float, charged: Expected) -> None:
+    outcome = observed(chosen, predicted, wasted)
+    assert (outcome.cold, outcome.idle_s, outcome.wasted) == pytest.approx(
+        (charged.cold, charged.idle_s, charged.wasted))
+
+
+@pytest.mark.parametrize(("share", "prewarm", "after"), [
+    (0.0, "used", 0.0), (0.0, "wasted", 0.25), (0.25, "wasted", 0.4375), (0.5, "used", 0.375),
+    (0.4, None, 0.38),
+])
+def test_the_wasted_share_moves_a_quarter_a_pre_warm_and_fades_with_each_gap(
+        share: float, prewarm: str | None, after: float) -> None:
+    assert wasted_share(share, SETTINGS, prewarm) == pytest.approx(after)
 
 
 EXPECTED_CASES = [
