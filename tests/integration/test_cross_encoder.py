@@ -3,15 +3,18 @@ seeded one-label sequence-classification head (cross_encoder_models.py), served 
 Hugging Face folder through PyTorch and as its ONNX export, with `tokenize = true`. Pairs go in
 as `text` and `text_pair`; every reference comes from this process: sentence-transformers'
 CrossEncoder (raw logits, its activation off) for pairs, the transformers model itself for
-single texts and for the first text kept whole."""
+single texts and for the first text kept whole; for `text_pair`'s `max_tokens`, CrossEncoder on
+each document cut at the end of its first tokens by the Hugging Face tokenizer's own offsets."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
@@ -32,6 +35,9 @@ from daemon import Daemon
 from oip_http import status_of
 from sentence_transformers import CrossEncoder
 from tritonclient.utils import InferenceServerException
+
+from snoozeml.proto import inference_pb2 as pb
+from snoozeml.proto import inference_pb2_grpc as pb_grpc
 
 MAX_LENGTH = 32  # a room of 29 tokens for a pair's texts: odd, so both-long pairs split 14/15
 PAIRS = [
@@ -268,6 +274,95 @@ def test_a_document_of_a_megabyte_scores_as_cross_encoder(served: Served) -> Non
     assert_same_scores(got, cross_encoder(served, pairs))
 
 
+# --- max_tokens: each document's first tokens --------------------------------------------------
+
+CAP = 6  # fewer tokens than three of PAIRS' documents have
+
+
+def first_tokens(served: Served, text: str, count: int) -> str:
+    """The text up to the end of its `count`-th token, by the Hugging Face tokenizer's offsets."""
+    offsets = served.tokenizer(text, add_special_tokens=False,
+                               return_offsets_mapping=True)["offset_mapping"]
+    return text if len(offsets) <= count else text[:offsets[count - 1][1]]
+
+
+def capped(served: Served, pairs: Sequence[tuple[str, str]],
+           cap: int) -> list[tuple[str, str]]:
+    return [(query, first_tokens(served, document, cap)) for query, document in pairs]
+
+
+def capped_body(pairs: Sequence[tuple[str, str]], cap: object) -> dict[str, Any]:
+    body = pairs_body(pairs)
+    body["inputs"][1]["parameters"] = {"max_tokens": cap}
+    return body
+
+
+def pair_tokens(served: Served, pairs: Sequence[tuple[str, str]]) -> list[int]:
+    encoded = served.tokenizer([q for q, _ in pairs], [d for _, d in pairs],
+                               truncation="longest_first", max_length=MAX_LENGTH)
+    return [len(ids) for ids in encoded["input_ids"]]
+
+
+@pytest.mark.parametrize("name", ["ce-torch", "ce-onnx"])
+def test_max_tokens_scores_each_document_cut_to_its_first_tokens(served: Served,
+                                                                 name: str) -> None:
+    response = served.http.post(f"/v2/models/{name}/infer", json=capped_body(PAIRS, CAP))
+
+    got = logits_of(response)
+    cut = capped(served, PAIRS, CAP)
+    assert_same_scores(got, cross_encoder(served, cut))
+    longer = [i for i, (_, document) in enumerate(PAIRS) if cut[i][1] != document]
+    assert longer == [0, 2, 3]
+    whole = cross_encoder(served, PAIRS)
+    assert np.all(np.abs(got[longer, 0] - whole[longer]) > 1e-3)
+    counts = {o["name"]: o["data"] for o in response.json()["outputs"]}["token_count"]
+    assert counts == pair_tokens(served, cut)
+
+
+@pytest.mark.parametrize("name", ["ce-torch", "ce-onnx"])
+def test_max_tokens_past_every_document_changes_nothing(served: Served, name: str) -> None:
+    got = logits_of(served.http.post(f"/v2/models/{name}/infer",
+                                     json=capped_body(PAIRS, 10_000)))
+
+    assert_same_scores(got, cross_encoder(served, PAIRS))
+
+
+@pytest.mark.parametrize("name", ["ce-torch", "ce-onnx"])
+def test_max_tokens_over_grpc(served: Served, name: str) -> None:
+    request = pb.ModelInferRequest(model_name=name)
+    for tensor, column in (("text", [q for q, _ in PAIRS]), ("text_pair", [d for _, d in PAIRS])):
+        added = request.inputs.add(name=tensor, datatype="BYTES", shape=[len(PAIRS)])
+        added.contents.bytes_contents.extend(text.encode() for text in column)
+    request.inputs[1].parameters["max_tokens"].int64_param = CAP
+    request.outputs.add(name="logits")
+    with grpc.insecure_channel(served.daemon.grpc_address) as channel:
+        reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+
+    raw = reply.raw_output_contents[0]
+    got = np.array(struct.unpack(f"<{len(raw) // 4}f", raw), dtype=np.float32)
+    assert_same_scores(got.reshape(-1, 1), cross_encoder(served, capped(served, PAIRS, CAP)))
+
+
+def test_the_strict_model_measures_the_pair_that_max_tokens_makes(served: Served) -> None:
+    pairs = [PAIRS[0], PAIRS[2]]  # the second past 32 tokens whole
+    refused = served.http.post("/v2/models/ce-strict/infer", json=pairs_body(pairs))
+
+    got = logits_of(served.http.post("/v2/models/ce-strict/infer", json=capped_body(pairs, 12)))
+
+    assert refused.status_code == 400
+    assert_same_scores(got, cross_encoder(served, capped(served, pairs, 12)))
+
+
+def test_a_huge_document_under_a_small_cap_scores_its_first_tokens(served: Served) -> None:
+    pairs = [("what did the committee do?",
+              "The committee reviewed every proposal in detail. " * 70_000)]  # 3.5 MB
+
+    got = logits_of(served.http.post("/v2/models/ce-torch/infer", json=capped_body(pairs, 8)))
+
+    assert_same_scores(got, cross_encoder(served, [(pairs[0][0], first_tokens(
+        served, pairs[0][1][:1000], 8))]))
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 
@@ -327,6 +422,16 @@ def test_pairs_the_model_cannot_take_are_400s(served: Served, name: str, body: d
 
     assert response.status_code == 400
     assert response.json() == {"error": message}
+
+
+@pytest.mark.parametrize("cap", [0, -2, 2.5, "6", True])
+def test_a_max_tokens_that_is_not_a_positive_integer_is_a_400(served: Served,
+                                                              cap: object) -> None:
+    response = served.http.post("/v2/models/ce-onnx/infer", json=capped_body(PAIRS[:1], cap))
+
+    assert response.status_code == 400
+    assert response.json() == {"error": "input 'text_pair': parameter 'max_tokens' must be a "
+                                        "positive integer (the tokens each text_pair keeps)"}
 
 
 def test_the_strict_model_answers_pairs_that_fit(served: Served) -> None:

@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 
 from snoozeml.engine.model import Model
 from snoozeml.errors import BackendError
+from snoozeml.runtime.text.pairs import MAX_TOKENS
 from snoozeml.runtime.text.settings import (
     UnsupportedLayout,
     can_embed,
@@ -25,8 +26,8 @@ from snoozeml.runtime.text.settings import (
 )
 from snoozeml.runtime.text.tokenizer import TEXT, TEXT_PAIR, TOKEN_COUNT
 
-__all__ = ["TEXT", "TEXT_PAIR", "TOKEN_COUNT", "Capabilities", "CapabilityReader",
-           "EmbeddingSettings"]
+__all__ = ["MAX_TOKENS", "TEXT", "TEXT_PAIR", "TOKEN_COUNT", "Capabilities",
+           "CapabilityReader", "EmbeddingSettings"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,8 +114,11 @@ class InferenceService:
                 metadata = replica.metadata
                 check_request(request, metadata)
                 inputs = {tensor.name: tensor.data for tensor in request.inputs}
-                # The backend's checks, before queueing; its blocking step (images) on the pool.
-                prepare = replica.instance.validate_inputs(inputs)
+                parameters = {tensor.name: tensor.parameters for tensor in request.inputs
+                              if tensor.parameters}
+                # The backend's checks, before queueing; its blocking step (images, documents
+                # cut to `max_tokens`) on the pool.
+                prepare = replica.instance.validate_inputs(inputs, parameters)
                 if prepare is not None:
                     await self.preparation.run(prepare)
                 wanted = [out.name for out in request.outputs] if request.outputs else None

@@ -10,8 +10,9 @@ to do for one implements it as a no-op.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +22,10 @@ from snoozeml.datatypes import ModelMetadata
 from snoozeml.errors import InvalidInput
 
 Arrays = dict[str, np.ndarray]
+# Each input's OIP `parameters`, by the input's name (an input without any may be absent): a
+# text pair model reads `text_pair`'s `max_tokens` (runtime/text/pairs.py); others ignore them.
+InputParameters = Mapping[str, Mapping[str, object]]
+NO_PARAMETERS: InputParameters = MappingProxyType({})
 # Blocking work that completes a request's inputs before it is queued (decoding its images).
 Prepare = Callable[[], None]
 
@@ -56,12 +61,15 @@ class Instance(Protocol):
     @property
     def metadata(self) -> ModelMetadata: ...
 
-    def validate_inputs(self, inputs: Arrays) -> Prepare | None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> Prepare | None:
         """Checks that need the loaded model, run on the event loop before the request is
         queued (so a bad request fails alone, never its batch): raises InvalidInput or
-        Unsupported. May replace arrays in `inputs` with converted ones. Returns None, or the
-        blocking work that completes `inputs` (decoding images), which the engine runs on its
-        preparation pool before queueing; it raises as this method does."""
+        Unsupported. May replace arrays in `inputs` with converted ones. `parameters` are the
+        request's inputs' own (the ones a backend does not read are ignored). Returns None, or
+        the blocking work that completes `inputs` (decoding images, cutting documents to
+        `max_tokens`), which the engine runs on its preparation pool before queueing; it raises
+        as this method does."""
         ...
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import ModelMetadata, TensorSpec
-from snoozeml.runtime.base import Arrays, Instance, Prepare
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters, Instance, Prepare
 from snoozeml.runtime.text.settings import read_json
 
 Labels = dict[str, tuple[str, ...]]  # output name -> its classes' labels, by index
@@ -164,8 +164,9 @@ class LabelledInstance:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: Arrays) -> Prepare | None:
-        return self.inner.validate_inputs(inputs)
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> Prepare | None:
+        return self.inner.validate_inputs(inputs, parameters)
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
         return self.inner.run_blocking(inputs, outputs)

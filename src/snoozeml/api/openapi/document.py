@@ -235,8 +235,9 @@ def _infer_request() -> Schema:
             "datatype": ref("Datatype"),
             "parameters": _request_parameters(
                 binary_data_size={**nullable(COUNT), "description": "Binary extension: this many "
-                                  "bytes after the JSON header (and the ones before) are the "
-                                  "data."},
+                                  "bytes after the JSON header (and the ones before): the data."},
+                max_tokens={"type": "integer", "minimum": 1, "description": "On `text_pair` (a "
+                            "text classifier's): each row cut to its first this many tokens."},
                 shared_memory_region=shared_memory),
             "data": ref("TensorData"),
         },
@@ -334,8 +335,7 @@ def _admin_status() -> Schema:
 def _model_statistics() -> Schema:
     """One model in Triton's statistics extension."""
     return obj(
-        name=STR, version=STR, last_inference=COUNT, inference_count=COUNT,
-        execution_count=COUNT,
+        name=STR, version=STR, last_inference=COUNT, inference_count=COUNT, execution_count=COUNT,
         inference_stats=obj(**dict.fromkeys(
             ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
              "cache_hit", "cache_miss"), _DURATION)),

@@ -19,7 +19,7 @@ from snoozeml.config.image import ImageConfig
 from snoozeml.datatypes import ModelMetadata, TensorSpec
 from snoozeml.errors import InvalidInput
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Arrays, Instance, Prepare
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters, Instance, Prepare
 from snoozeml.runtime.image.decode import IMAGE, check_elements, decode_images
 from snoozeml.runtime.image.preprocess import plan_preprocess
 
@@ -47,11 +47,12 @@ class ImageInstance:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: Arrays) -> Prepare | None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> Prepare | None:
         """Images: one a row, none empty, and not with the tensor they feed; their decoding
         is the step handed back. A tensor: the model's own checks."""
         if IMAGE not in inputs:
-            return self._inner.validate_inputs(inputs)
+            return self._inner.validate_inputs(inputs, parameters)
         if self._feed in inputs:
             raise InvalidInput(f"send {IMAGE!r} or {self._feed!r}, not both")
         check_elements(inputs[IMAGE])
@@ -59,7 +60,7 @@ class ImageInstance:
         def prepare_blocking() -> None:
             images = decode_images(inputs.pop(IMAGE), self._max_pixels)
             inputs[self._feed] = self._pictures(images)
-            self._inner.validate_inputs(inputs)
+            self._inner.validate_inputs(inputs, parameters)
 
         return prepare_blocking
 

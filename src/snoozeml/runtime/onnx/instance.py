@@ -16,7 +16,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from snoozeml.datatypes import ONNX_TO_OIP, ModelMetadata, TensorSpec
 from snoozeml.errors import InvalidInput, Unsupported
 from snoozeml.heap import drop_attribute_blocking, release_memory_blocking
-from snoozeml.runtime.base import Arrays, utf8_strings
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters, utf8_strings
 from snoozeml.runtime.onnx.mapped import MappedWeights
 from snoozeml.runtime.onnx.ml_outputs import NoTensorForm, no_tensor_form
 from snoozeml.runtime.stacking import run_stacked_blocking
@@ -80,7 +80,8 @@ class OnnxInstance:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: Arrays) -> None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> None:
         """String tensors become str here, before queueing: onnxruntime wants str objects (it
         would turn bytes into their repr), and bytes that are not UTF-8 fail this request alone
         with a 400 instead of the whole batch with a 500."""

@@ -29,7 +29,13 @@ import numpy as np
 from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Arrays, Instance, Unsplittable
+from snoozeml.runtime.base import (
+    NO_PARAMETERS,
+    Arrays,
+    InputParameters,
+    Instance,
+    Unsplittable,
+)
 from snoozeml.runtime.stacking import merge_inputs
 from snoozeml.runtime.text.by_length import run_by_length
 from snoozeml.runtime.text.settings import (
@@ -191,7 +197,8 @@ class OnnxTextInstance:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: Arrays) -> None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> None:
         """Text: a vector of UTF-8 strings (and, with truncate = false, none too long). Token
         ids: shapes that agree, ids the model has, and `token_type_ids` filled with zeros when
         the graph takes them and the request left them out."""

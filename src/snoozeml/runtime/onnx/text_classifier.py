@@ -27,7 +27,7 @@ from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.errors import InvalidInput
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Arrays, Instance
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters, Instance, Prepare
 from snoozeml.runtime.onnx.text import (
     check_token_feeds,
     check_token_inputs,
@@ -124,18 +124,19 @@ class OnnxTextClassifier:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: Arrays) -> None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> Prepare | None:
         """Text: a vector of UTF-8 strings, and a `text_pair` of as many when sent (with
-        truncate = false, none too long). Token ids: shapes that agree, ids the model has, and
-        `token_type_ids` filled with zeros when the graph takes them and the request left them
-        out."""
+        truncate = false, none too long; with `max_tokens`, the step that cuts them). Token
+        ids: shapes that agree, ids the model has, and `token_type_ids` filled with zeros when
+        the graph takes them and the request left them out."""
         if TEXT in inputs:
             check_text(inputs, self._lengths)
-            self._pairs.check(inputs)
-            return
+            return self._pairs.check(inputs, parameters)
         if TEXT_PAIR in inputs:
             raise InvalidInput("input 'text_pair' goes with 'text', one pair per row")
         check_token_feeds(inputs, self._limits, self._graph_inputs, self._inner)
+        return None
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
         return self.run_batch_blocking([inputs], outputs)[0]

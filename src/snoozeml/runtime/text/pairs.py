@@ -24,6 +24,14 @@ pair's special tokens) end well before the cut (tokenizer.py's CUT_MARGIN). What
 depends on a long side's length only in one case: with an odd room and both sides longer than
 half of it, the longer side gets the odd token; only then is a cut side counted further, until
 its count tells (`_first_longer`).
+
+A request may cap its documents: `text_pair`'s OIP parameter `max_tokens` (what Cohere's
+`max_tokens_per_doc` sends) cuts each `text_pair` to its first `max_tokens` tokens before it is
+paired, then the pair is truncated as above. The cut is text: the document up to the end of
+that token (tokenizer.py's first_tokens, by prefixes as well), done before queueing on the
+preparation pool, so the batch sees short documents and counts their tokens. A cap past the
+room changes what a pair keeps only through LongestFirst's odd token (which side is longer),
+so a document is never tokenized further than one token past the room, or past the query.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from snoozeml.errors import InvalidInput
-from snoozeml.runtime.base import Arrays, utf8_strings
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters, Prepare, utf8_strings
 from snoozeml.runtime.text.tokenizer import (
     CUT_MARGIN,
     FIRST_PREFIX,
@@ -43,10 +51,13 @@ from snoozeml.runtime.text.tokenizer import (
     TEXT_PAIR,
     LengthCheck,
     Tokenized,
+    first_tokens,
     flat_strings,
     is_settled,
     padded,
 )
+
+MAX_TOKENS = "max_tokens"  # text_pair's parameter: each document's first tokens, no more
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,17 @@ def kept(first: int, second: int, room: int, keep_first: bool = False) -> tuple[
         short = room // 2
         long = short + room % 2
     return (long, short) if swap else (short, long)
+
+
+def max_tokens(parameters: InputParameters) -> int | None:
+    """`text_pair`'s `max_tokens` parameter, a positive integer (None: not sent), or its 400."""
+    value = parameters.get(TEXT_PAIR, {}).get(MAX_TOKENS)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"input '{TEXT_PAIR}': parameter '{MAX_TOKENS}' must be a positive "
+                           "integer (the tokens each text_pair keeps)")
+    return value
 
 
 class TextPairs:
@@ -102,12 +124,15 @@ class TextPairs:
         self._queries = LengthCheck(tokenizer, self.room - 1 + single) \
             if truncate and self.keep_query else None
 
-    def check(self, inputs: Arrays) -> None:
+    def check(self, inputs: Arrays,
+              parameters: InputParameters = NO_PARAMETERS) -> Prepare | None:
         """A request's `text_pair`, when it sends one, as one string per row of its `text`
         (replaced in `inputs`; check_text has checked `text`), or its 400: rows that differ,
-        not UTF-8, or a pair that does not fit (truncate = false, truncate_query = false)."""
+        not UTF-8, a bad `max_tokens`, or a pair that does not fit (truncate = false,
+        truncate_query = false). With `max_tokens`, the step handed back cuts the documents
+        (replaced in `inputs`) and checks the pairs they make."""
         if TEXT_PAIR not in inputs:
-            return
+            return None
         firsts, seconds = inputs[TEXT], inputs[TEXT_PAIR]
         if seconds.ndim != 1:
             raise InvalidInput("input 'text_pair' takes one string per row (shape [rows])")
@@ -115,6 +140,18 @@ class TextPairs:
             raise InvalidInput(f"inputs 'text' and 'text_pair' pair up row by row; they have "
                                f"{firsts.shape[0]} and {seconds.shape[0]} rows")
         inputs[TEXT_PAIR] = seconds = utf8_strings(seconds, TEXT_PAIR)
+        cap = max_tokens(parameters)
+        if cap is None:
+            self._check_fits(firsts, seconds)
+            return None
+
+        def cut_blocking() -> None:
+            inputs[TEXT_PAIR] = capped = self.capped(firsts, seconds, cap)
+            self._check_fits(firsts, capped)
+
+        return cut_blocking
+
+    def _check_fits(self, firsts: np.ndarray, seconds: np.ndarray) -> None:
         for row, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
             if self._whole is not None and not self._whole.fits_pair(str(first), str(second)):
                 raise InvalidInput(f"row {row}: 'text' and 'text_pair' together are longer than "
@@ -124,6 +161,28 @@ class TextPairs:
                 raise InvalidInput(f"input 'text': row {row} leaves no room for its "
                                    f"'text_pair': longer than the {self.room - 1} tokens a "
                                    "pair's first text may have (truncate_query = false)")
+
+    def capped(self, firsts: np.ndarray, seconds: np.ndarray, cap: int) -> np.ndarray:
+        """Each second text cut to its first `cap` tokens, as far as its pair can tell. Past
+        the room, what a pair keeps of two texts depends on the second's length only through
+        whether the first is longer (kept, _first_longer): a second of room + 1 tokens, or of
+        one more than the first's when that is longer, pairs as one of `cap` does. So no cut is
+        longer than that: a cap of a million tokens does not tokenize a document whole."""
+        limits: dict[str, int] = {}
+        cut = np.empty(len(seconds), dtype=object)
+        for row, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
+            limit = limits.get(str(first))
+            if limit is None:
+                limit = limits[str(first)] = self._limit(str(first), cap)
+            cut[row] = first_tokens(self._untruncated, str(second), limit)[0]
+        return cut
+
+    def _limit(self, first: str, cap: int) -> int:
+        """The tokens to cut a second text to that pair with `first` as `cap` does."""
+        if cap <= self.room + 1:
+            return cap
+        counted = first_tokens(self._untruncated, first, cap)[1]  # up to cap: all it takes
+        return min(cap, max(self.room, counted) + 1)
 
     def tokenize(self, requests: Sequence[Arrays], token_types: bool) -> Tokenized:
         """Token ids for every pair of every request, padded to the batch's longest."""

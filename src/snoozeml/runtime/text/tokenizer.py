@@ -97,6 +97,26 @@ def encode_all(tokenizer: Any, texts: list[str]) -> list[Any]:
     return encodings
 
 
+def first_tokens(tokenizer: Any, text: str, count: int) -> tuple[str, int]:
+    """The text up to the end of its `count`-th token (special tokens aside) and how many
+    tokens that is: the whole text and its count when it has no more. `tokenizer` must not
+    truncate. A long text is tokenized by prefixes, four times longer each round, until its
+    first `count` tokens end well before the cut (CUT_MARGIN), so that a few hundred tokens of
+    a document of megabytes cost a few thousand characters of it."""
+    if count <= 0:
+        return "", 0
+    chars = max(FIRST_PREFIX, 4 * count)
+    while len(text) > chars:
+        offsets = tokenizer.encode(text[:chars], add_special_tokens=False).offsets
+        if len(offsets) >= count and offsets[count - 1][1] <= chars - CUT_MARGIN:
+            return text[:offsets[count - 1][1]], count
+        chars *= 4
+    offsets = tokenizer.encode(text, add_special_tokens=False).offsets
+    if len(offsets) <= count:
+        return text, len(offsets)
+    return text[:offsets[count - 1][1]], count
+
+
 def is_settled(encoding: Any, chars: int) -> bool:
     """Whether a truncated encoding of a text's first `chars` characters is the whole text's."""
     if not encoding.overflowing:  # fewer tokens than the limit: the rest of the text has more

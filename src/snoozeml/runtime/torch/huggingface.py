@@ -28,7 +28,7 @@ from snoozeml.datatypes import ModelMetadata, TensorSpec
 from snoozeml.errors import InvalidInput
 from snoozeml.heap import drop_attribute_blocking
 from snoozeml.logs import log_event
-from snoozeml.runtime.base import Arrays
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters, Prepare
 from snoozeml.runtime.text.by_length import default_budget, run_by_length
 from snoozeml.runtime.text.logits import LOGITS, check_logits, probe_blocking
 from snoozeml.runtime.text.pairs import TextPairs
@@ -182,19 +182,19 @@ class HuggingFaceInstance:
 
     # --- checks before queueing ------------------------------------------------------------
 
-    def validate_inputs(self, inputs: Arrays) -> None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> Prepare | None:
         """What the model would fail on, as a 400 for this request alone (called before the
-        request joins a batch, so it never fails its neighbours)."""
+        request joins a batch, so it never fails its neighbours); a text pair's `max_tokens`
+        is the step handed back (runtime/text/pairs.py)."""
         if TEXT in inputs:
             check_text(inputs, self._lengths)
-            if self._pairs is not None:
-                self._pairs.check(inputs)
-            return
+            return self._pairs.check(inputs, parameters) if self._pairs is not None else None
         if TEXT_PAIR in inputs:
             raise InvalidInput("input 'text_pair' goes with 'text', one pair per row")
-        if self.task == "image-classification":
-            return
-        check_token_ids(inputs, self._limits)
+        if self.task != "image-classification":
+            check_token_ids(inputs, self._limits)
+        return None
 
     # --- running --------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import torch
 from snoozeml.config.settings import ModelConfig
 from snoozeml.datatypes import OIP_TO_NUMPY, ModelMetadata, TensorSpec
 from snoozeml.heap import drop_attribute_blocking
-from snoozeml.runtime.base import Arrays
+from snoozeml.runtime.base import NO_PARAMETERS, Arrays, InputParameters
 from snoozeml.runtime.stacking import run_stacked_blocking
 from snoozeml.runtime.torch.env import DTYPES, PLATFORM, require, torch_device
 
@@ -61,7 +61,8 @@ class StateDictInstance:
     def metadata(self) -> ModelMetadata:
         return self._metadata
 
-    def validate_inputs(self, inputs: Arrays) -> None:
+    def validate_inputs(self, inputs: Arrays,
+                        parameters: InputParameters = NO_PARAMETERS) -> None:
         pass  # nothing beyond the declared metadata, which the engine checks requests against
 
     def run_blocking(self, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
