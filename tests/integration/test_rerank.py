@@ -2,7 +2,9 @@
 `cohere` SDK's Client and ClientV2, Jina's and TEI's shapes over httpx, all on a small real
 cross-encoder (tests/support/cross_encoder_models.py) and held to sentence-transformers'
 `CrossEncoder(folder).predict` in this process; the documents through the model's batching
-queue; every refusal in its API's own shape, and bad input that never takes the daemon down."""
+queue; every refusal in its API's own shape, and bad input that never takes the daemon down.
+`max_tokens_per_doc` is held to CrossEncoder on each document cut at the end of its first
+tokens, by the Hugging Face tokenizer's own offsets."""
 
 from __future__ import annotations
 
@@ -173,6 +175,70 @@ def test_teis_shape_implies_the_one_reranker_and_answers_raw_logits(served: Serv
                                atol=1e-5)
     np.testing.assert_allclose([r["score"] for r in raw], np.sort(logits)[::-1], atol=1e-4)
     assert [r["text"] for r in raw] == [documents[r["index"]] for r in raw]
+
+
+# --- max_tokens_per_doc -----------------------------------------------------------------------
+
+CAP = 8  # fewer tokens than most DOCUMENTS have
+
+
+def first_tokens(text: str, count: int) -> str:
+    """The text up to the end of its `count`-th token, by the Hugging Face tokenizer's offsets."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(MINILM))
+    offsets = tokenizer(text, add_special_tokens=False,
+                        return_offsets_mapping=True)["offset_mapping"]
+    return text if len(offsets) <= count else text[:offsets[count - 1][1]]
+
+
+def test_max_tokens_per_doc_scores_each_document_by_its_first_tokens(served: Served) -> None:
+    cut = [first_tokens(d, CAP) for d in DOCUMENTS]
+
+    answer = served.client(cohere.ClientV2).rerank(model="reranker", query=QUERY,
+                                                   documents=DOCUMENTS, max_tokens_per_doc=CAP)
+
+    by_index = {r.index: r.relevance_score for r in answer.results}
+    got = np.array([by_index[i] for i in range(len(DOCUMENTS))])
+    np.testing.assert_allclose(got, served.scores(cut), atol=1e-5)
+    longer = [i for i, d in enumerate(DOCUMENTS) if cut[i] != d]
+    assert len(longer) >= 6
+    assert np.all(np.abs(got[longer] - served.scores(DOCUMENTS)[longer]) > 1e-4)
+
+
+def test_max_tokens_per_doc_counts_the_tokens_of_the_cut_pairs(served: Served) -> None:
+    body = {"model": "reranker", "query": QUERY, "documents": DOCUMENTS[:4],
+            "max_tokens_per_doc": CAP}
+
+    answer = served.http.post("/v2/rerank", json=body).json()
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(MINILM))
+    pairs = tokenizer([QUERY] * 4, [first_tokens(d, CAP) for d in DOCUMENTS[:4]])
+    assert answer["usage"] == {"total_tokens": sum(len(ids) for ids in pairs["input_ids"])}
+
+
+def test_max_tokens_per_doc_past_every_document_changes_nothing(served: Served) -> None:
+    # Cohere's default, 4096: more tokens than the longest document, which max_length cuts.
+    answer = served.http.post("/v1/rerank", json={"model": "reranker", "query": QUERY,
+                                                  "documents": DOCUMENTS,
+                                                  "max_tokens_per_doc": 4096}).json()
+
+    by_index = {r["index"]: r["relevance_score"] for r in answer["results"]}
+    np.testing.assert_allclose([by_index[i] for i in range(len(DOCUMENTS))],
+                               served.scores(DOCUMENTS), atol=1e-5)
+
+
+def test_a_huge_document_under_max_tokens_per_doc_answers_on_its_first_tokens(
+    served: Served,
+) -> None:
+    huge = "The committee reviewed every proposal in detail. " * 140_000  # 7 MB
+    body = {"model": "reranker", "query": QUERY, "documents": [huge, DOCUMENTS[0]],
+            "max_tokens_per_doc": 16}
+
+    response = served.http.post("/v2/rerank", json=body)
+
+    assert response.status_code == 200, response.text
+    by_index = {r["index"]: r["relevance_score"] for r in response.json()["results"]}
+    np.testing.assert_allclose([by_index[0], by_index[1]], served.scores(
+        [first_tokens(huge[:2000], 16), first_tokens(DOCUMENTS[0], 16)]), atol=1e-5)
 
 
 # --- one batching queue -----------------------------------------------------------------------

@@ -8,7 +8,9 @@ model loads on the first call, the documents of many calls (and OIP requests for
 model) share batches, a request of more documents than `max_batch_size` is split rather than
 refused, and the request counts in the same metrics, statistics and status. The model answers
 each row's `logits` (one label: the relevance logit); this module turns them into scores and
-the order, and writes each API's answer (api/http/rerank_shapes.py).
+the order, and writes each API's answer (api/http/rerank_shapes.py). Cohere's
+`max_tokens_per_doc` goes as `text_pair`'s OIP parameter `max_tokens`: the model cuts each
+document to its first tokens before queueing (runtime/text/pairs.py).
 
 Which models rerank it asks the service (`capabilities`); the loaded model's metadata has the
 last word. Errors come in each API's own shape (docs/rerankers.md).
@@ -43,7 +45,13 @@ from snoozeml.api.http.rerank_shapes import (
     tei_error,
 )
 from snoozeml.datatypes import ModelMetadata
-from snoozeml.engine.capabilities import TEXT, TEXT_PAIR, TOKEN_COUNT, Capabilities
+from snoozeml.engine.capabilities import (
+    MAX_TOKENS,
+    TEXT,
+    TEXT_PAIR,
+    TOKEN_COUNT,
+    Capabilities,
+)
 from snoozeml.engine.requests.request import InferInput, InferRequest, RequestedOutput
 from snoozeml.engine.service import InferenceService
 from snoozeml.errors import ModelNotFound
@@ -123,7 +131,8 @@ class Reranking:
         # Loaded first: its metadata says whether it takes pairs and how many labels it has.
         counts = _check_model(await self.service.model_metadata(name), name)
         rows = piece_rows(len(rerank.texts), capabilities.max_batch_size)
-        pieces = [_pair_request(rerank.query, rerank.texts[i:i + rows], counts)
+        pieces = [_pair_request(rerank.query, rerank.texts[i:i + rows], counts,
+                                rerank.max_tokens)
                   for i in range(0, len(rerank.texts), rows)]
         logits: list[np.ndarray] = []
         tokens = 0 if counts else None
@@ -158,14 +167,18 @@ def _check_model(metadata: ModelMetadata, name: str) -> bool:
     return TOKEN_COUNT in outputs
 
 
-def _pair_request(query: str, texts: Sequence[str], counts: bool) -> InferRequest:
-    """One piece: the query beside each of its documents."""
+def _pair_request(query: str, texts: Sequence[str], counts: bool,
+                  max_tokens: int | None = None) -> InferRequest:
+    """One piece: the query beside each of its documents (each cut to its first `max_tokens`
+    tokens when given)."""
     queries = np.full(len(texts), query, dtype=object)
     documents = np.empty(len(texts), dtype=object)
     documents[:] = texts
     outputs = [RequestedOutput(LOGITS)] + ([RequestedOutput(TOKEN_COUNT)] if counts else [])
+    cap = {} if max_tokens is None else {MAX_TOKENS: max_tokens}
     return InferRequest([InferInput(TEXT, "BYTES", (len(texts),), queries),
-                         InferInput(TEXT_PAIR, "BYTES", (len(texts),), documents)], outputs)
+                         InferInput(TEXT_PAIR, "BYTES", (len(texts),), documents, cap)],
+                        outputs)
 
 
 def _json(body: Any) -> Response:

@@ -3,7 +3,9 @@ model, no web framework; api/http/rerank.py runs them).
 
 - Cohere's `POST /v1/rerank` and `/v2/rerank` (Jina's `/v1/rerank` is the same shape):
   `model`, `query`, `documents` (strings, or objects with a `text`), `top_n`,
-  `return_documents`, `max_tokens_per_doc`; answered with `id`, `results` (`index`,
+  `return_documents`, `max_tokens_per_doc` (each document cut to its first tokens, as the
+  model's `text_pair` parameter `max_tokens` cuts it), `max_chunks_per_doc` (checked, not
+  used: a document is never split into chunks); answered with `id`, `results` (`index`,
   `relevance_score`, and `document` when asked) best first, `meta`, and Jina's `model` and
   `usage`. Errors are `{"message": ...}`, with Jina's `detail` beside it (Jina's clients read it).
 - Text Embeddings Inference's `POST /rerank`: `query`, `texts`, `raw_scores`, `return_text`,
@@ -59,6 +61,7 @@ class RerankRequest:
     top_n: int | None = None  # None: every document
     return_documents: bool = False
     raw_scores: bool = False  # TEI: the logits, not their sigmoid
+    max_tokens: int | None = None  # Cohere's max_tokens_per_doc; None: the whole document
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -72,12 +75,12 @@ def parse_cohere(doc: object, max_documents: int) -> RerankRequest:
     if rank_fields is not None and rank_fields != ["text"]:
         raise BadField("'rank_fields' other than [\"text\"] is not supported: each document "
                        "is ranked by its 'text'", "rank_fields")
-    for field in ("max_tokens_per_doc", "max_chunks_per_doc"):
-        _positive(body.get(field), field)  # checked; the model's max_length truncates
+    _positive(body.get("max_chunks_per_doc"), "max_chunks_per_doc")  # checked, not used
     return RerankRequest(
         model=_model(body.get("model")), query=_query(body.get("query")), texts=texts,
         documents=documents, top_n=_positive(body.get("top_n"), "top_n"),
-        return_documents=_flag(body.get("return_documents"), "return_documents"))
+        return_documents=_flag(body.get("return_documents"), "return_documents"),
+        max_tokens=_positive(body.get("max_tokens_per_doc"), "max_tokens_per_doc"))
 
 
 def parse_tei(doc: object, max_documents: int) -> RerankRequest:

@@ -83,8 +83,10 @@ def _cohere_schemas() -> dict[str, Schema]:
         "RerankRequest": {
             "type": "object", "required": ["query", "documents"],
             "description": "Fields not listed here are accepted and ignored. "
-                           "`max_tokens_per_doc` and `max_chunks_per_doc` are checked; the "
-                           "model's `max_length` truncates each pair.",
+                           "`max_tokens_per_doc` cuts each document to its first tokens "
+                           "before it is paired with the query; the model's `max_length` "
+                           "then truncates each pair. `max_chunks_per_doc` is checked, not "
+                           "used: a document is never split into chunks.",
             "properties": {
                 "model": _MODEL,
                 "query": {"type": "string", "minLength": 1},
@@ -92,8 +94,9 @@ def _cohere_schemas() -> dict[str, Schema]:
                               "items": {"oneOf": [STR, document]}},
                 "top_n": positive,
                 "return_documents": flag,
-                "max_tokens_per_doc": positive,
-                "max_chunks_per_doc": positive,
+                "max_tokens_per_doc": {**positive, "description": "The tokens (the model's "
+                                       "tokenizer's) each document keeps, from its start."},
+                "max_chunks_per_doc": {**positive, "description": "Checked, not used."},
                 "rank_fields": {"type": "array", "minItems": 1, "maxItems": 1,
                                 "items": {"enum": ["text"]}, "nullable": True},
             },

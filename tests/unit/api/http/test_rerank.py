@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from onnx_models import write_mlp
 
-from snoozeml.api.http.rerank import Reranking, _check_model, reranks
+from snoozeml.api.http.rerank import Reranking, _check_model, _pair_request, reranks
 from snoozeml.api.http.rerank_shapes import BadField, NotAReranker
 from snoozeml.config.settings import parse_config
 from snoozeml.datatypes import ModelMetadata, TensorSpec
@@ -110,3 +110,13 @@ def test_the_loaded_models_metadata_has_the_last_word() -> None:
         _check_model(_metadata(("text",), (-1, 1)), "m")
     with pytest.raises(NotAReranker, match="has 2 labels"):
         _check_model(_metadata(("text", "text_pair"), (-1, 2)), "m")
+
+
+def test_a_piece_carries_max_tokens_per_doc_as_text_pairs_parameter() -> None:
+    capped = _pair_request("q", ["a", "b"], counts=True, max_tokens=7)
+    whole = _pair_request("q", ["a", "b"], counts=False)
+
+    assert [(i.name, i.data.tolist(), i.parameters) for i in capped.inputs] == [
+        ("text", ["q", "q"], {}), ("text_pair", ["a", "b"], {"max_tokens": 7})]
+    assert [o.name for o in capped.outputs or []] == ["logits", "token_count"]
+    assert [i.parameters for i in whole.inputs] == [{}, {}]

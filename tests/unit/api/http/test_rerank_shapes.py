@@ -33,10 +33,11 @@ from snoozeml.errors import BackendError, ModelNotFound, QueueFull, RequestTooLa
 def test_a_cohere_request_with_strings_takes_every_field() -> None:
     request = parse_cohere({"model": "ms-marco", "query": "q", "documents": ["a", "b", "c"],
                             "top_n": 2, "return_documents": True, "max_tokens_per_doc": 512,
-                            "priority": 3}, 10)
+                            "max_chunks_per_doc": 4, "priority": 3}, 10)
     assert request == RerankRequest(
         model="ms-marco", query="q", texts=["a", "b", "c"],
-        documents=[{"text": "a"}, {"text": "b"}, {"text": "c"}], top_n=2, return_documents=True)
+        documents=[{"text": "a"}, {"text": "b"}, {"text": "c"}], top_n=2, return_documents=True,
+        max_tokens=512)
 
 
 def test_documents_as_objects_are_scored_by_their_text_and_come_back_whole() -> None:
@@ -51,7 +52,8 @@ def test_nulls_are_the_defaults() -> None:
     request = parse_cohere({"query": "q", "documents": ["a"], "model": None, "top_n": None,
                             "return_documents": None, "rank_fields": None,
                             "max_tokens_per_doc": None}, 10)
-    assert (request.model, request.top_n, request.return_documents) == (None, None, False)
+    assert (request.model, request.top_n, request.return_documents, request.max_tokens) == \
+        (None, None, False, None)
     assert parse_cohere({"query": "q", "documents": ["a"], "rank_fields": ["text"]}, 1)
 
 
@@ -73,6 +75,8 @@ def test_nulls_are_the_defaults() -> None:
     ({"query": "q", "documents": ["a"], "model": ""}, "model"),
     ({"query": "q", "documents": ["a"], "model": ["m"]}, "model"),
     ({"query": "q", "documents": ["a"], "max_tokens_per_doc": 0}, "max_tokens_per_doc"),
+    ({"query": "q", "documents": ["a"], "max_tokens_per_doc": 2.5}, "max_tokens_per_doc"),
+    ({"query": "q", "documents": ["a"], "max_chunks_per_doc": -1}, "max_chunks_per_doc"),
     ({"query": "q", "documents": ["a"], "rank_fields": ["title"]}, "rank_fields"),
 ])
 def test_a_wrong_cohere_field_is_refused_naming_it(body: dict[str, Any], param: str) -> None:
