@@ -37,6 +37,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "SNOOZE_GPU_BUDGET": ("memory", "gpu_budget"),
     "SNOOZE_MEMORY_WAIT": ("memory", "memory_wait"),
     "SNOOZE_MIN_RESIDENCY": ("memory", "min_residency"),
+    "SNOOZE_EVICTION": ("memory", "eviction"),
 }
 
 _INTEGER_KEYS = frozenset({"http_port", "grpc_port", "max_connections",

@@ -70,6 +70,10 @@ class MemoryConfig(_Section):
     memory_wait: Duration = 10.0
     min_residency: Duration = 2.0
     memory_factor: StrictFloat = Field(default=1.1, gt=0)
+    # Victims under memory pressure: "lru" least recently used, "cost" by expected cost
+    # (engine/memory/budgets.py pick_victims_by_cost), "auto" cost when any model's keep-alive
+    # is adaptive, else lru (what the daemon did before it had a choice).
+    eviction: Literal["auto", "lru", "cost"] = "auto"
 
 
 class MetricsConfig(_Section):

@@ -56,13 +56,16 @@ class ModelManager:
         if backend_factory is None:
             backend_factory = partial(backend_for, cache_dir=cache_dir)
         probe = probe or SystemProbe()
-        # Any adaptive keep-alive: its histories kept across restarts, eviction by cost.
+        # Any adaptive keep-alive: eviction by cost (eviction = "auto"). Either: the histories
+        # that they read, kept across restarts.
         adaptive = "adaptive" in (config.server.keep_alive,
                                   *(spec.keep_alive for spec in config.models))
+        eviction = config.server.memory.eviction
+        cost_aware = eviction == "cost" or (eviction == "auto" and adaptive)
         self.memory = MemoryManager(config.server, probe, self._tenants, self.events,
-                                    self.clock.now, cost_aware=adaptive)
+                                    self.clock.now, cost_aware=cost_aware)
         self.prewarms = PrewarmBudget(self.clock)  # every model's, together
-        self.history_path = cache_dir / FILE_NAME if adaptive else None
+        self.history_path = cache_dir / FILE_NAME if adaptive or cost_aware else None
         self._histories = read_histories(self.history_path) if self.history_path else {}
         self._save_timer: Timer | None = None
         self.saving: asyncio.Future[None] | None = None  # the last periodic write

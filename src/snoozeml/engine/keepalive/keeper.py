@@ -272,8 +272,9 @@ class KeepAlive:
 
     def next_use_s(self, now: float) -> float | None:
         """Seconds until the next request is expected (policy.py's `next_arrival_s`, as the
-        benchmark's simulator reads it): None for a fixed model, while busy, with a young
-        history, or overdue."""
-        if self.plan is None or self.idle_since is None:
+        benchmark's simulator reads it; a fixed model's from its median gap, which cost-aware
+        eviction reads too): None while busy, with a young history, or overdue."""
+        chosen = self.plan if self.adaptive else Plan(self.fallback_s, None, None, "fixed")
+        if chosen is None or self.idle_since is None:
             return None
-        return next_arrival_s(self.history, self.plan, now - self.idle_since, self.settings)
+        return next_arrival_s(self.history, chosen, now - self.idle_since, self.settings)

@@ -1,7 +1,8 @@
 """The models' idle-gap histories across restarts: `<cache_dir>/keepalive.json`, read once at
 start and written at shutdown and every `SAVE_EVERY_S` while any model's keep-alive is
-adaptive (engine/registry.py). A history is what a model learned in hours of traffic; a daemon
-that forgot it at every restart would fall back to its fixed window for the next ten gaps.
+adaptive or eviction is by cost (engine/registry.py). A history is what a model learned in
+hours of traffic; a daemon that forgot it at every restart would fall back to its fixed window
+for the next ten gaps.
 
 The file is a cache: one that is missing starts every model afresh; one that cannot be read
 or parsed, or a model's entry that is malformed, is ignored with a logged warning, never a

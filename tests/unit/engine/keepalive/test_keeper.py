@@ -31,11 +31,12 @@ T = TypeVar("T")
 
 def manager_for(
     tmp_path: Path, models: dict[str, dict[str, Any]], probe: FakeProbe | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> tuple[ModelManager, FakeClock, list[EngineEvent]]:
     for name in models:
         write_mlp(tmp_path / f"{name}.onnx", dims=models[name].pop("dims", (8, 16, 2)))
     config = parse_config({
-        "server": {"cache_dir": str(tmp_path / "cache")},
+        "server": {"cache_dir": str(tmp_path / "cache"), "memory": memory or {}},
         "models": [{"name": name, "path": f"{name}.onnx", **entry}
                    for name, entry in models.items()],
     }, source=tmp_path / "models.toml")
@@ -384,9 +385,14 @@ def test_a_corrupt_history_file_is_ignored_with_a_warning(
 # --- eviction by cost -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("keep_alive", "victim"), [("adaptive", "later"), ("fixed", "soon")])
-def test_with_an_adaptive_model_eviction_spares_the_model_expected_back_soon(
-    tmp_path: Path, keep_alive: str, victim: str,
+@pytest.mark.parametrize(("keep_alive", "eviction", "victim"), [
+    pytest.param("adaptive", "auto", "later", id="adaptive-by-cost"),
+    pytest.param("fixed", "auto", "soon", id="fixed-least-recently-used-as-before"),
+    pytest.param("fixed", "cost", "later", id="fixed-by-cost-when-asked"),
+    pytest.param("adaptive", "lru", "soon", id="adaptive-least-recently-used-when-asked"),
+])
+def test_eviction_by_cost_spares_the_model_expected_back_soon(
+    tmp_path: Path, keep_alive: str, eviction: str, victim: str,
 ) -> None:
     seed_histories(tmp_path, {"soon": [5.0] * 12})  # called every 5 s
     big = (64, 512, 512, 2)
@@ -394,7 +400,7 @@ def test_with_an_adaptive_model_eviction_spares_the_model_expected_back_soon(
         "soon": {"idle_timeout": "1h", "keep_alive": keep_alive, "dims": big},
         "later": {"idle_timeout": "1h", "dims": big},
         "new": {"idle_timeout": "1h"},
-    }, probe=FakeProbe(host_total=10 * 2**30))
+    }, probe=FakeProbe(host_total=10 * 2**30), memory={"eviction": eviction})
     soon, later, new = (manager.models[name] for name in ("soon", "later", "new"))
 
     async def scenario() -> None:
@@ -412,7 +418,7 @@ def test_with_an_adaptive_model_eviction_spares_the_model_expected_back_soon(
         await use(new)  # needs one of them to go
 
     run(manager, scenario)
-    assert manager.memory.cost_aware is (keep_alive == "adaptive")
+    assert manager.memory.cost_aware is (victim == "later")
     evicted = [e.victims for e in seen if isinstance(e, Evicting)]
     assert evicted == [(victim,)]
 
