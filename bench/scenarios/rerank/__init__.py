@@ -21,7 +21,10 @@ under a seeded one-label ``BertForSequenceClassification`` head, saved as a Hugg
   to ``--threads``: scenarios/embeddings/optimum.py); each row is labelled with its engine;
 - the ceiling, in this process: ``CrossEncoder(folder).predict`` of each request's pairs (one
   call of 32 pairs), and of four requests' pairs in one call (``batch_size=32``; predict sorts
-  them by length first).
+  them by length first); and the model's forward passes alone (``model.model``), on four
+  requests' pairs tokenized beforehand, sorted and cut into runs of 512 padded tokens as the
+  daemon cuts them: the model's own work on these threads, the most any server of this engine
+  can answer.
 
 Requests: a short query each and ``--documents`` consecutive sentences of the embeddings
 corpus (``--sentences``, 512), so bodies differ; each route's scores for ``--checks`` (3)

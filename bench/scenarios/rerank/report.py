@@ -15,7 +15,14 @@ from harness.rounds import median_or_nan, spread
 
 from scenarios.embeddings.infinity import InfinitySetup
 from scenarios.rerank.model import COHERE, TEI, Target
-from scenarios.rerank.runs import CEIL_REQUEST, CEIL_SORTED, CEILINGS, CeilingRun, Run
+from scenarios.rerank.runs import (
+    CEIL_FORWARD,
+    CEIL_REQUEST,
+    CEIL_SORTED,
+    CEILINGS,
+    CeilingRun,
+    Run,
+)
 
 
 @dataclass
@@ -163,7 +170,8 @@ def ratio_pairs(targets: Sequence[Target]) -> list[tuple[str, str, str]]:
                       f"{infinity[1].label} ÷ {infinity[0].label}"))
     for t in targets:
         pairs += [(t.label, CEIL_REQUEST, f"{t.label} ÷ ceiling {CEIL_REQUEST}"),
-                  (t.label, CEIL_SORTED, f"{t.label} ÷ ceiling {CEIL_SORTED}")]
+                  (t.label, CEIL_SORTED, f"{t.label} ÷ ceiling {CEIL_SORTED}"),
+                  (t.label, CEIL_FORWARD, f"{t.label} ÷ ceiling {CEIL_FORWARD}")]
     return pairs
 
 

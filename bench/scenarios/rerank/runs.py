@@ -26,7 +26,9 @@ from scenarios.rerank.model import TEI, Rerank, Target
 LOAD = Path(__file__).resolve().parent / "load.py"
 CEIL_REQUEST = "predict(32 pairs of a request)"
 CEIL_SORTED = "predict(128 pairs of 4 requests, batch_size=32)"
-CEILINGS = (CEIL_REQUEST, CEIL_SORTED)
+CEIL_FORWARD = "model forward only: 4 requests' pairs tokenized before, sorted runs of 512 tokens"
+CEILINGS = (CEIL_REQUEST, CEIL_SORTED, CEIL_FORWARD)
+RUN_TOKENS = 512  # the daemon's max_batch_tokens on a CPU
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,8 @@ def ceiling(model: Any, reranks: Sequence[Rerank], label: str, round_no: int,
     """Pairs/s of CrossEncoder.predict in this process for ``duration_s``: each request's
     pairs in one call (``CEIL_REQUEST``), or four requests' pairs in one call of batch size
     32, which predict sorts by length first (``CEIL_SORTED``)."""
+    if label == CEIL_FORWARD:
+        return forward_ceiling(model, reranks, round_no, duration_s)
     me_before = process_cpu_s(os.getpid())
     machine_before = machine_busy_s()
     per = 1 if label == CEIL_REQUEST else 4
@@ -203,5 +207,55 @@ def ceiling(model: Any, reranks: Sequence[Rerank], label: str, round_no: int,
     run = CeilingRun(round_no, label, done / elapsed, statistics.median(per_call),
                      max(0.0, foreign) / elapsed)
     print(f"round {round_no} ceiling {label}: {run.pairs_per_s:,.1f} pairs/s, "
+          f"rest of the machine {run.foreign_cores:.2f} cores", file=sys.stderr)
+    return run
+
+
+def sorted_runs(model: Any, pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The pairs tokenized as CrossEncoder does, sorted by length and cut into runs of at most
+    RUN_TOKENS padded tokens (the daemon's runs, runtime/text/by_length.py), as torch inputs."""
+    tokenizer = model.tokenizer
+    lengths = [len(ids) for ids in tokenizer([p[0] for p in pairs], [p[1] for p in pairs],
+                                             truncation=True)["input_ids"]]
+    order = sorted(range(len(pairs)), key=lengths.__getitem__)
+    runs: list[list[int]] = [[]]
+    for index in order:
+        if runs[-1] and (len(runs[-1]) + 1) * lengths[index] > RUN_TOKENS:
+            runs.append([])
+        runs[-1].append(index)
+    return [dict(tokenizer([pairs[i][0] for i in run], [pairs[i][1] for i in run],
+                           padding=True, truncation=True, return_tensors="pt"))
+            for run in runs]
+
+
+def forward_ceiling(model: Any, reranks: Sequence[Rerank], round_no: int,
+                    duration_s: float) -> CeilingRun:
+    """Pairs/s of the cross-encoder's own forward passes, no tokenizing, no HTTP: what the
+    model's work alone allows on these threads, whatever serves it (CEIL_FORWARD)."""
+    import torch
+
+    calls = [sorted_runs(model, [pair for r in reranks[i : i + 4] for pair in r.pairs])
+             for i in range(0, len(reranks) - 3, 4)]
+    counts = [sum(int(run["input_ids"].shape[0]) for run in call) for call in calls]
+    me_before = process_cpu_s(os.getpid())
+    machine_before = machine_busy_s()
+    done = 0
+    per_call: list[float] = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while time.perf_counter() - start < duration_s:
+            for call, count in zip(calls, counts, strict=True):
+                before = time.perf_counter()
+                for run in call:
+                    model.model(**run)
+                per_call.append((time.perf_counter() - before) * 1000)
+                done += count
+                if time.perf_counter() - start >= duration_s:
+                    break
+    elapsed = time.perf_counter() - start
+    foreign = machine_busy_s() - machine_before - (process_cpu_s(os.getpid()) - me_before)
+    run = CeilingRun(round_no, CEIL_FORWARD, done / elapsed, statistics.median(per_call),
+                     max(0.0, foreign) / elapsed)
+    print(f"round {round_no} ceiling {CEIL_FORWARD}: {run.pairs_per_s:,.1f} pairs/s, "
           f"rest of the machine {run.foreign_cores:.2f} cores", file=sys.stderr)
     return run
