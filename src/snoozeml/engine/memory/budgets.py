@@ -75,15 +75,21 @@ FAR_S = 600.0  # a model expected back this far off counts as one whose next use
 
 def eviction_priority(resident: Resident, inflation: float, far_s: float = FAR_S) -> float:
     """Greedy-Dual-Size-Frequency (FaasCache, ASPLOS 2021): the clock (the inflation when the
-    model was last used) plus (uses + 1) x reload seconds per MiB held, scaled by
-    2 far_s / (far_s + next_use_s) when its next arrival is expected: twice for a model wanted
-    now, as an unknown one at far_s, a quarter of it at 7 far_s. Higher: keep."""
+    model was last used) plus its frequency x reload seconds per MiB held. Higher: keep.
+
+    The frequency is its requests since its load, plus one; or, when its next arrival is
+    expected `next_use_s` from now, the requests a `far_s` window holds at that pace
+    (far_s / next_use_s, a second at least) when that is more: a model due in a minute counts
+    as ten requests. So a pre-warmed model about to be used, which has had no request since its
+    load, is not the first victim. A model expected further off than far_s has its value
+    scaled by far_s / next_use_s (holding it that long buys one request)."""
     mib = max(resident.bytes, 1) / 2**20
-    value = (resident.uses + 1) * resident.load_s / mib
+    frequency = resident.uses + 1.0
     if resident.next_use_s is not None:
-        value *= 2 * far_s / (far_s + max(resident.next_use_s, 0.0))
+        pace = far_s / max(resident.next_use_s, 1.0)
+        frequency = max(frequency, pace) * min(pace, 1.0)
     base = inflation if resident.clock is None else resident.clock
-    return base + value
+    return base + frequency * resident.load_s / mib
 
 
 def pick_victims_by_cost(

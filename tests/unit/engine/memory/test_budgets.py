@@ -224,13 +224,26 @@ def test_the_inflation_is_kept_when_nothing_is_evicted() -> None:
                                 7.0) == (None, 7.0)
 
 
-def test_a_model_expected_far_s_away_counts_as_one_whose_next_use_is_unknown() -> None:
-    now = costed("m", 100, uses=9, load_s=2.0, next_use_s=0.0)
-    far = costed("m", 100, uses=9, load_s=2.0, next_use_s=600.0)
-    unknown = costed("m", 100, uses=9, load_s=2.0)
-    assert eviction_priority(unknown, 0.0) == pytest.approx(10 * 2.0 / 100)
-    assert eviction_priority(far, 0.0, far_s=600.0) == pytest.approx(10 * 2.0 / 100)
-    assert eviction_priority(now, 0.0, far_s=600.0) == pytest.approx(2 * 10 * 2.0 / 100)
+@pytest.mark.parametrize(("next_use_s", "frequency"), [
+    pytest.param(None, 10.0, id="unknown-its-requests-since-its-load"),
+    pytest.param(600.0, 10.0, id="far-s-away-the-same"),
+    pytest.param(120.0, 10.0, id="a-pace-under-its-requests-changes-nothing"),
+    pytest.param(30.0, 20.0, id="due-in-30-s-twenty-requests-a-window"),
+    pytest.param(0.0, 600.0, id="due-now-counted-as-due-in-a-second"),
+    pytest.param(1200.0, 5.0, id="twice-far-s-away-half"),
+])
+def test_the_frequency_is_its_requests_or_the_pace_its_next_arrival_implies(
+        next_use_s: float | None, frequency: float) -> None:
+    model = costed("m", 100, uses=9, load_s=2.0, next_use_s=next_use_s)
+    assert eviction_priority(model, 0.0, far_s=600.0) == pytest.approx(frequency * 2.0 / 100)
+
+
+def test_a_prewarmed_model_about_to_be_used_outlasts_one_with_requests_but_no_next_arrival(
+) -> None:
+    prewarmed = costed("prewarmed", 100, uses=0, next_use_s=30.0)
+    used = costed("used", 100, uses=5)
+    assert pick_victims_by_cost([prewarmed, used], 100 * MiB, NOW, MIN_RESIDENCY, 0.0)[0] \
+        == ["used"]
 
 
 def test_resident_keeps_its_positional_form() -> None:
