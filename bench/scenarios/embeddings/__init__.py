@@ -9,7 +9,10 @@ threads (1): the daemon (``format = "torch"``, ``task = "feature-extraction"``,
 (``--infinity-venv``), installed there on first use within ``--install-timeout`` (the report
 says why when it can't be, and the rest runs without it; ``--no-infinity`` leaves it out); and
 the ceiling, sentence-transformers in this process: ``encode(all, batch_size=32)`` (sorted by
-length) and ``encode`` of 32 sentences at a time in corpus order.
+length), ``encode`` of 32 sentences at a time in corpus order, and the model's forward passes
+alone on the corpus tokenized beforehand, sorted and cut into runs of 512 padded tokens as the
+daemon cuts them (the model's own work on these threads: the most any server of this engine
+can answer).
 
 ``--snooze-format onnx`` (or ``both``: separate rows, one sitting) serves the daemon MiniLM's
 ONNX export (scenarios/onnx_export.py, cached under /tmp; ``format = "onnx"``, pooling from the

@@ -15,7 +15,14 @@ from harness.rounds import median_or_nan, spread
 
 from scenarios.embeddings.corpus import OIP, SHAPES, V1, Target
 from scenarios.embeddings.infinity import InfinitySetup
-from scenarios.embeddings.runs import CEIL_ARRIVAL, CEIL_SORTED, CEILINGS, CeilingRun, Run
+from scenarios.embeddings.runs import (
+    CEIL_ARRIVAL,
+    CEIL_FORWARD,
+    CEIL_SORTED,
+    CEILINGS,
+    CeilingRun,
+    Run,
+)
 
 
 @dataclass
@@ -164,7 +171,8 @@ def ratio_pairs(targets: Sequence[Target]) -> list[tuple[str, str, str]]:
                       f"{infinity[1].label} ÷ {infinity[0].label}"))
     for t in targets:
         pairs += [(t.label, CEIL_SORTED, f"{t.label} ÷ ceiling sorted"),
-                  (t.label, CEIL_ARRIVAL, f"{t.label} ÷ ceiling in arrival order")]
+                  (t.label, CEIL_ARRIVAL, f"{t.label} ÷ ceiling in arrival order"),
+                  (t.label, CEIL_FORWARD, f"{t.label} ÷ ceiling model forward only")]
     return pairs
 
 

@@ -26,7 +26,9 @@ from scenarios.embeddings.infinity import Infinity
 LUA = Path(__file__).resolve().parent / "bodies.lua"
 CEIL_SORTED = "encode(all, batch_size=32)"
 CEIL_ARRIVAL = "encode(32 at a time, corpus order)"
-CEILINGS = (CEIL_SORTED, CEIL_ARRIVAL)
+CEIL_FORWARD = "model forward only: the corpus tokenized before, sorted runs of 512 tokens"
+CEILINGS = (CEIL_SORTED, CEIL_ARRIVAL, CEIL_FORWARD)
+RUN_TOKENS = 512  # the daemon's max_batch_tokens on a CPU
 
 
 def pytest_running() -> bool:
@@ -152,6 +154,8 @@ def measure(servers: Servers, bodies: Path, target: Target, shape: str, round_no
 def ceiling(model: Any, sentences: Sequence[str], label: str, round_no: int, batch: int,
             duration_s: float) -> CeilingRun:
     """Sentences/s of sentence-transformers' encode in this process, for ``duration_s``."""
+    if label == CEIL_FORWARD:
+        return forward_ceiling(model, sentences, round_no, duration_s)
     me_before = process_cpu_s(os.getpid())
     machine_before = machine_busy_s()
     groups = [list(sentences[i : i + batch]) for i in range(0, len(sentences), batch)]
@@ -176,4 +180,47 @@ def ceiling(model: Any, sentences: Sequence[str], label: str, round_no: int, bat
                      max(0.0, foreign) / elapsed)
     print(f"round {round_no} ceiling {label}: {run.sentences_per_s:,.1f} sentences/s, "
           f"rest of the machine {run.foreign_cores:.2f} cores", file=sys.stderr)
+    return run
+
+
+def sorted_runs(model: Any, sentences: Sequence[str]) -> list[dict[str, Any]]:
+    """The sentences tokenized as encode does, sorted by length and cut into runs of at most
+    RUN_TOKENS padded tokens (the daemon's runs, runtime/text/by_length.py)."""
+    lengths = [len(ids) for ids in model.tokenizer(list(sentences), truncation=True,
+                                                   max_length=model.max_seq_length)["input_ids"]]
+    order = sorted(range(len(sentences)), key=lengths.__getitem__)
+    runs: list[list[int]] = [[]]
+    for index in order:
+        if runs[-1] and (len(runs[-1]) + 1) * lengths[index] > RUN_TOKENS:
+            runs.append([])
+        runs[-1].append(index)
+    return [dict(model.tokenize([sentences[i] for i in run])) for run in runs]
+
+
+def forward_ceiling(model: Any, sentences: Sequence[str], round_no: int,
+                    duration_s: float) -> CeilingRun:
+    """Sentences/s of the model's own forward passes (transformer, pooling, normalisation: the
+    modules encode runs), no tokenizing, no HTTP, on the whole corpus sorted: what the model's
+    work alone allows on these threads, whatever serves it (CEIL_FORWARD)."""
+    import torch
+
+    runs = sorted_runs(model, sentences)
+    me_before = process_cpu_s(os.getpid())
+    machine_before = machine_busy_s()
+    done = 0
+    per_pass: list[float] = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while time.perf_counter() - start < duration_s:
+            before = time.perf_counter()
+            for run in runs:
+                model.forward(dict(run))
+            per_pass.append((time.perf_counter() - before) * 1000 / len(runs))
+            done += len(sentences)
+    elapsed = time.perf_counter() - start
+    foreign = machine_busy_s() - machine_before - (process_cpu_s(os.getpid()) - me_before)
+    run = CeilingRun(round_no, CEIL_FORWARD, done / elapsed, statistics.median(per_pass),
+                     max(0.0, foreign) / elapsed)
+    print(f"round {round_no} ceiling {CEIL_FORWARD}: {run.sentences_per_s:,.1f} "
+          f"sentences/s, rest of the machine {run.foreign_cores:.2f} cores", file=sys.stderr)
     return run
