@@ -75,6 +75,10 @@ SCENARIOS: dict[str, Scenario] = {
         "rerank", "MiniLM cross-encoder pairs/s, 32 documents a request at c16: /v1/rerank "
         "and /rerank vs infinity vs CrossEncoder.predict (issue 32)", "~7 min",
         {"duration": 20.0, "warm_up": 8.0, "rounds": 3, "concurrency": [16]}, wrk=False),
+    "forward": Scenario(
+        "forward", "MiniLM embeddings and cross-encoder forward passes alone at each batch size "
+        "a server forms: the ceiling of any server of the engine (issue 32)", "~3 min",
+        {"duration": 6.0, "rounds": 3}, wrk=False),
     "images": Scenario(
         "images", "MobileNetV3-Small fed 640x480 JPEGs over binary HTTP at c16 vs the "
         "in-process decode + preprocess + run ceiling (issue 33)", "~2 min",

@@ -204,6 +204,7 @@ def forward_ceiling(model: Any, sentences: Sequence[str], round_no: int,
     work alone allows on these threads, whatever serves it (CEIL_FORWARD)."""
     import torch
 
+    model.eval()  # as encode does: no dropout
     runs = sorted_runs(model, sentences)
     me_before = process_cpu_s(os.getpid())
     machine_before = machine_busy_s()

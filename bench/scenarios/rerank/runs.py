@@ -234,6 +234,7 @@ def forward_ceiling(model: Any, reranks: Sequence[Rerank], round_no: int,
     model's work alone allows on these threads, whatever serves it (CEIL_FORWARD)."""
     import torch
 
+    model.model.eval()  # as predict does: no dropout
     calls = [sorted_runs(model, [pair for r in reranks[i : i + 4] for pair in r.pairs])
              for i in range(0, len(reranks) - 3, 4)]
     counts = [sum(int(run["input_ids"].shape[0]) for run in call) for call in calls]
