@@ -7,9 +7,11 @@ one that finds it loading (a pre-warm, or another request's load) waits the rest
 overlap freely, each running its run time. When its last request ends the model records the
 gap it had (histogram) and gets a plan - a fixed window, or `plan()` for `adaptive` with the
 fixed window as fallback - whose unload, pre-warm and keep-until times are timers on the
-virtual clock, cancelled by the next request. A pre-warm takes only free room (it never
-evicts); a request's load evicts idle models as the policy picks (LRU or cost-aware) when a
-budget is set, and goes over the budget only when nothing idle is left (counted).
+virtual clock, cancelled by the next request. A pre-warm never waits: it evicts idle models
+as the policy picks, sparing those expected back within its window and, by cost, those worth
+keeping more than it is (engine/memory/victims.py Prewarming), or is skipped; a request's load
+evicts idle models as the policy picks (LRU or cost-aware) when a budget is set, and goes over
+the budget only when nothing idle is left (counted).
 
 Memory-time held idle: each model's size times the time it is loaded, minus its loads and the
 time requests run on it; the trace's end closes every interval.
@@ -30,7 +32,13 @@ from snoozeml.engine.keepalive.policy import (
     plan,
     wasted_share,
 )
-from snoozeml.engine.memory.budgets import Resident, pick_victims, pick_victims_by_cost
+from snoozeml.engine.memory.victims import (
+    Prewarming,
+    Resident,
+    eviction_priority,
+    pick_victims,
+    pick_victims_by_cost,
+)
 
 from .trace import Trace
 
@@ -241,7 +249,7 @@ class Simulation:
         chosen = model.plan
         spare = None if chosen is None or chosen.keep_until_s is None \
             or chosen.prewarm_after_s is None else chosen.keep_until_s - chosen.prewarm_after_s
-        if not self._make_room(now, index, spare_within=spare):
+        if not self._make_room(now, index, spare_within=spare, prewarm=True):
             self.result.prewarm_skipped += 1
             return
         self._load(now, index, prewarm=True)
@@ -283,16 +291,24 @@ class Simulation:
         model.prewarmed = False
         self.used_mib -= model.size_mib
 
-    def _make_room(self, now: float, index: int, spare_within: float | None = None) -> bool:
+    def _make_room(self, now: float, index: int, spare_within: float | None = None,
+                   prewarm: bool = False) -> bool:
         """Evict idle models, as the policy picks, until model `index` fits; False (and nobody
-        evicted) when it cannot. A pre-warm spares models expected back within
-        `spare_within` (as the daemon's admission does)."""
+        evicted) when it cannot. A pre-warm (`prewarm`) spares models expected back within
+        `spare_within` and, evicting by cost, those worth keeping more than it is (as the
+        daemon's admission does)."""
         budget = self.policy.budget_mib
         needed = self.models[index].size_mib
         if budget is None or self.used_mib + needed <= budget:
             return True
         missing = int((self.used_mib + needed - budget) * MIB) + 1
         residents = self._residents(now, index, spare_within)
+        if prewarm and self.policy.eviction == "cost":  # as the daemon's admission
+            worth = Prewarming(spare_within, self.models[index].load_s).worth(
+                int(needed * MIB), self.inflation)
+            residents = [r if r.holds or eviction_priority(r, self.inflation) < worth
+                         else replace(r, holds="worth more than the pre-warm")
+                         for r in residents]
         if self.policy.eviction == "cost":
             victims, inflation = pick_victims_by_cost(
                 residents, missing, now, MIN_RESIDENCY_S, self.inflation)

@@ -44,7 +44,7 @@ from snoozeml.engine.keepalive.histogram import IdleHistogram
 from snoozeml.engine.keepalive.keeper import KeepAlive, PrewarmBudget
 from snoozeml.engine.leases import Leases
 from snoozeml.engine.lifecycle import Event, LoadFailures, State, transition
-from snoozeml.engine.memory.budgets import Resident
+from snoozeml.engine.memory.victims import Prewarming, Resident
 from snoozeml.engine.replicas.pool import ReplicaSet
 from snoozeml.engine.replicas.replica import Replica
 from snoozeml.engine.replicas.steps import ReplicaSteps
@@ -280,30 +280,30 @@ class Model:
     async def predict_size(self) -> None:
         await self.replicas.predict_size()
 
-    def _start_load(self, cause: str, spare_within: float | None = None) -> None:
+    def _start_load(self, cause: str, prewarm: Prewarming | None = None) -> None:
         self._reason = ""
         self._load_cause = cause
         self._move(Event.LOAD)
-        self._load_task = asyncio.get_running_loop().create_task(self._load(spare_within))
+        self._load_task = asyncio.get_running_loop().create_task(self._load(prewarm))
 
     def start_prewarm(self, spare_within: float | None) -> None:
         """The keep-alive's pre-warm: a load that takes only room it can have at once, never
-        from a busy model nor from one expected back within `spare_within` seconds."""
-        self._start_load("prewarm", spare_within)
+        from a busy model nor from one expected back within `spare_within` seconds (its
+        window), nor, with cost-aware eviction, from one worth keeping as much as it is."""
+        self._start_load("prewarm", Prewarming(spare_within, self.keep.load_s))
 
-    async def _load(self, spare_within: float | None = None) -> SnoozeError | None:
+    async def _load(self, prewarm: Prewarming | None = None) -> SnoozeError | None:
         """The load task. Returns the error for a load aborted for lack of memory (the model
         goes back to UNLOADED); any other failure leaves the model FAILED."""
         started = self._clock.now()
-        prewarm = self._load_cause == "prewarm"
         try:
-            replica = await (self.replicas.add(wait=False, spare_within=spare_within)
-                             if prewarm else self.replicas.add())
+            replica = await (self.replicas.add(wait=False, prewarm=prewarm)
+                             if prewarm is not None else self.replicas.add())
         except MemoryExhausted as exc:
             self._reason = "memory"
             self._move(Event.LOAD_ABORTED)
             self.keep.load_failed("memory")
-            if not prewarm:  # a pre-warm's is a Prewarm skipped
+            if prewarm is None:  # a pre-warm's is a Prewarm skipped
                 self._events.publish(LoadDeferred(self.name, exc.message))
             return exc
         except Exception as exc:

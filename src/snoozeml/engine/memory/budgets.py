@@ -19,115 +19,25 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from snoozeml.config.settings import ModelConfig, ServerConfig
 from snoozeml.engine.events import EventBus, Evicting, OomRetry, SideRoomReleased
 from snoozeml.engine.memory.probes import MemoryProbe
+from snoozeml.engine.memory.victims import (
+    Prewarming,
+    Resident,
+    budget_bytes,
+    eviction_priority,
+    pick_victims,
+    pick_victims_by_cost,
+    shortfall,
+)
 from snoozeml.engine.observe.snapshots import DeviceSnapshot
 from snoozeml.errors import MemoryExhausted, ModelTooLarge
 from snoozeml.runtime.base import FileSizes
 from snoozeml.units import format_bytes
-
-# --- pure policies ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Resident:
-    """What eviction needs to know about one model holding memory on a device."""
-
-    name: str
-    bytes: int
-    last_used: float  # monotonic seconds
-    loaded_at: float  # monotonic seconds
-    holds: str  # "" when evictable, else why not: "busy", "pinned", "loading", "unloading"
-    load_s: float = 0.0  # its last load's seconds (what evicting it costs the next request)
-    uses: int = 0  # requests since it was loaded (or a decayed count)
-    next_use_s: float | None = None  # seconds to its expected next arrival (None: unknown)
-    clock: float | None = None  # the inflation when it was last used (None: the current one)
-
-
-def pick_victims(
-    residents: Iterable[Resident], needed: int, now: float, min_residency: float
-) -> list[str] | None:
-    """Names to unload, least recently used first, freeing at least `needed` bytes; None when
-    even every evictable model would not free enough (then nothing should be evicted).
-
-    Churn guard: a model loaded less than `min_residency` ago goes only after every older one.
-    """
-    if needed <= 0:
-        return []
-    evictable = [r for r in residents if not r.holds]
-    evictable.sort(key=lambda r: (now - r.loaded_at < min_residency, r.last_used))
-    chosen: list[str] = []
-    freed = 0
-    for resident in evictable:
-        chosen.append(resident.name)
-        freed += resident.bytes
-        if freed >= needed:
-            return chosen
-    return None
-
-
-FAR_S = 600.0  # a model expected back this far off counts as one whose next use is unknown
-
-
-def eviction_priority(resident: Resident, inflation: float, far_s: float = FAR_S) -> float:
-    """Greedy-Dual-Size-Frequency (FaasCache, ASPLOS 2021): the clock (the inflation when the
-    model was last used) plus its frequency x reload seconds per MiB held. Higher: keep.
-
-    The frequency is its requests since its load, plus one; or, when its next arrival is
-    expected `next_use_s` from now, the requests a `far_s` window holds at that pace
-    (far_s / next_use_s, a second at least) when that is more: a model due in a minute counts
-    as ten requests. So a pre-warmed model about to be used, which has had no request since its
-    load, is not the first victim. A model expected further off than far_s has its value
-    scaled by far_s / next_use_s (holding it that long buys one request)."""
-    mib = max(resident.bytes, 1) / 2**20
-    frequency = resident.uses + 1.0
-    if resident.next_use_s is not None:
-        pace = far_s / max(resident.next_use_s, 1.0)
-        frequency = max(frequency, pace) * min(pace, 1.0)
-    base = inflation if resident.clock is None else resident.clock
-    return base + frequency * resident.load_s / mib
-
-
-def pick_victims_by_cost(
-    residents: Iterable[Resident], needed: int, now: float, min_residency: float,
-    inflation: float, far_s: float = FAR_S,
-) -> tuple[list[str] | None, float]:
-    """Names to unload, lowest `eviction_priority` first, freeing at least `needed` bytes
-    (None as pick_victims: when not even every evictable model would do), and the inflation
-    to keep: the priority of the last victim (unchanged when nothing is evicted).
-
-    Models that hold (busy, pinned, loading) are never victims; the churn guard stays: a model
-    loaded less than `min_residency` ago goes only after every older one."""
-    if needed <= 0:
-        return [], inflation
-    evictable = [(r, eviction_priority(r, inflation, far_s)) for r in residents if not r.holds]
-    evictable.sort(key=lambda pair: (now - pair[0].loaded_at < min_residency, pair[1],
-                                     pair[0].last_used))
-    chosen: list[str] = []
-    freed = 0
-    for resident, priority in evictable:
-        chosen.append(resident.name)
-        freed += resident.bytes
-        if freed >= needed:
-            return chosen, max(inflation, priority)
-    return None, inflation
-
-
-def budget_bytes(budget: float | int, total: int) -> int:
-    """A budget as bytes: a float is a share of `total`, an int is absolute."""
-    return int(total * budget) if isinstance(budget, float) else int(budget)
-
-
-def shortfall(used: int, needed: int, budget: int) -> int:
-    """Bytes that must be freed before `needed` more fits beside `used` (0 if it fits)."""
-    return max(used + needed - budget, 0)
-
-
-# --- the manager --------------------------------------------------------------------------
 
 
 class Tenant(Protocol):
@@ -218,7 +128,7 @@ class MemoryManager:
     async def admission(
         self, name: str, device: str, resident: int, transient: int, *, wait: bool = True,
         colder_than: float | None = None, evict: bool = True,
-        spare_within: float | None = None,
+        prewarm: Prewarming | None = None,
     ) -> AsyncIterator[None]:
         """Hold room for a load of model `name` (peak = resident + transient) while it runs.
 
@@ -227,7 +137,7 @@ class MemoryManager:
         cannot fit. `colder_than` (monotonic seconds) spares every model used since then: a
         replica added for a spike evicts only models colder than the spike. Without `evict`,
         it takes only free room (an optional upgrade must not cost another model its place).
-        `spare_within` (seconds) spares every model expected back that soon (a pre-warm's).
+        `prewarm` spares what a pre-warm must not evict (Prewarming).
         """
         device = self.device_key(device)
         budget = self.budgets[device]
@@ -243,7 +153,7 @@ class MemoryManager:
         async with lock:
             if evict:
                 await self._make_room(name, device, budget, peak, wait, colder_than,
-                                      spare_within)
+                                      prewarm, resident)
             else:
                 self._only_free_room(name, device, peak)
             self._reserved[device] = (name, peak)
@@ -282,7 +192,7 @@ class MemoryManager:
 
     async def _make_room(
         self, name: str, device: str, budget: int, peak: int, wait: bool,
-        colder_than: float | None, spare_within: float | None = None,
+        colder_than: float | None, prewarm: Prewarming | None = None, size: int = 0,
     ) -> None:
         waits = self.memory_wait if wait else 0.0
         deadline = self._clock() + waits
@@ -292,7 +202,7 @@ class MemoryManager:
             missing = shortfall(used, peak, budget)
             if missing == 0:
                 return
-            residents = self._residents(device, name, colder_than, spare_within)
+            residents = self._residents(device, name, colder_than, prewarm, size)
             victims = self._victims(device, residents, missing)
             if victims:
                 self._events.publish(Evicting(name, device, missing, tuple(victims)))
@@ -317,10 +227,13 @@ class MemoryManager:
 
     def _residents(
         self, device: str, exclude: str | None, colder_than: float | None = None,
-        spare_within: float | None = None,
+        prewarm: Prewarming | None = None, size: int = 0,
     ) -> list[Resident]:
         now = self._clock()
         inflation = self._inflation.get(device, 0.0)
+        spare_within = None if prewarm is None else prewarm.window_s
+        worth = None if prewarm is None or not self.cost_aware \
+            else prewarm.worth(size, inflation)
         clocks: dict[str, tuple[float, float]] = {}  # the models still here: no growth
         found = []
         for tenant in self._tenants():
@@ -341,6 +254,9 @@ class MemoryManager:
                     seen = (resident.last_used, inflation)
                 clocks[tenant.name] = seen
                 resident = replace(resident, clock=seen[1])
+                if worth is not None and not resident.holds \
+                        and eviction_priority(resident, inflation) >= worth:
+                    resident = replace(resident, holds="worth more than the pre-warm")
             found.append(resident)
         if self.cost_aware:
             self._clocks[device] = clocks

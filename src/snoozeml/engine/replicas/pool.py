@@ -32,6 +32,7 @@ from snoozeml.engine.clock import Clock
 from snoozeml.engine.deadline import ModelFiles
 from snoozeml.engine.events import BatchingDisabled, EventBus, LoadFinished, LoadStarted
 from snoozeml.engine.memory.budgets import MemoryManager
+from snoozeml.engine.memory.victims import Prewarming
 from snoozeml.engine.replicas.replica import (
     Replica,
     ReplicaState,
@@ -166,9 +167,9 @@ class ReplicaSet:
     # --- loading -------------------------------------------------------------------------------
 
     async def add(self, *, wait: bool = True, colder_than: float | None = None,
-                  spare_within: float | None = None) -> Replica:
+                  prewarm: Prewarming | None = None) -> Replica:
         """Load one more replica on the placement with the most free memory: admitted by the
-        memory manager (`wait`, `colder_than`, `spare_within` as in `admission`), measured,
+        memory manager (`wait`, `colder_than`, `prewarm` as in `admission`), measured,
         running.
         Raises ModelTooLarge or MemoryExhausted when it cannot fit, or the backend's error."""
         loop = asyncio.get_running_loop()
@@ -190,7 +191,7 @@ class ReplicaSet:
         try:
             async with self._memory.admission(self.name, placement.memory, resident,
                                               transient, wait=wait, colder_than=colder_than,
-                                              spare_within=spare_within):
+                                              prewarm=prewarm):
                 # Timed from here: waiting for the device is not loading.
                 self.loading[index] = placement.memory
                 started = self._clock.now()
