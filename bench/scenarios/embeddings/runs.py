@@ -188,13 +188,18 @@ def sorted_runs(model: Any, sentences: Sequence[str]) -> list[dict[str, Any]]:
     RUN_TOKENS padded tokens (the daemon's runs, runtime/text/by_length.py)."""
     lengths = [len(ids) for ids in model.tokenizer(list(sentences), truncation=True,
                                                    max_length=model.max_seq_length)["input_ids"]]
-    order = sorted(range(len(sentences)), key=lengths.__getitem__)
+    return [dict(model.tokenize([sentences[i] for i in run])) for run in cut_runs(lengths)]
+
+
+def cut_runs(lengths: Sequence[int]) -> list[list[int]]:
+    """Row indices sorted by token count, cut into runs of at most RUN_TOKENS padded tokens
+    (the daemon's runs on a CPU, runtime/text/by_length.py)."""
     runs: list[list[int]] = [[]]
-    for index in order:
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
         if runs[-1] and (len(runs[-1]) + 1) * lengths[index] > RUN_TOKENS:
             runs.append([])
         runs[-1].append(index)
-    return [dict(model.tokenize([sentences[i] for i in run])) for run in runs]
+    return runs
 
 
 def forward_ceiling(model: Any, sentences: Sequence[str], round_no: int,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from snoozeml.engine.keepalive.histogram import IdleHistogram
 from snoozeml.engine.keepalive.keeper import PrewarmBudget
@@ -35,7 +35,6 @@ from snoozeml.engine.keepalive.policy import (
 from snoozeml.engine.memory.victims import (
     Prewarming,
     Resident,
-    eviction_priority,
     pick_victims,
     pick_victims_by_cost,
 )
@@ -249,7 +248,7 @@ class Simulation:
         chosen = model.plan
         spare = None if chosen is None or chosen.keep_until_s is None \
             or chosen.prewarm_after_s is None else chosen.keep_until_s - chosen.prewarm_after_s
-        if not self._make_room(now, index, spare_within=spare, prewarm=True):
+        if not self._make_room(now, index, Prewarming(spare, model.load_s)):
             self.result.prewarm_skipped += 1
             return
         self._load(now, index, prewarm=True)
@@ -291,24 +290,19 @@ class Simulation:
         model.prewarmed = False
         self.used_mib -= model.size_mib
 
-    def _make_room(self, now: float, index: int, spare_within: float | None = None,
-                   prewarm: bool = False) -> bool:
+    def _make_room(self, now: float, index: int, prewarm: Prewarming | None = None) -> bool:
         """Evict idle models, as the policy picks, until model `index` fits; False (and nobody
-        evicted) when it cannot. A pre-warm (`prewarm`) spares models expected back within
-        `spare_within` and, evicting by cost, those worth keeping more than it is (as the
-        daemon's admission does)."""
+        evicted) when it cannot. A pre-warm spares what `prewarm.spare` says (as the daemon's
+        admission does)."""
         budget = self.policy.budget_mib
         needed = self.models[index].size_mib
         if budget is None or self.used_mib + needed <= budget:
             return True
         missing = int((self.used_mib + needed - budget) * MIB) + 1
-        residents = self._residents(now, index, spare_within)
-        if prewarm and self.policy.eviction == "cost":  # as the daemon's admission
-            worth = Prewarming(spare_within, self.models[index].load_s).worth(
-                int(needed * MIB), self.inflation)
-            residents = [r if r.holds or eviction_priority(r, self.inflation) < worth
-                         else replace(r, holds="worth more than the pre-warm")
-                         for r in residents]
+        residents = self._residents(now, index)
+        if prewarm is not None:
+            residents = prewarm.spare(residents, int(needed * MIB), self.inflation
+                                      if self.policy.eviction == "cost" else None)
         if self.policy.eviction == "cost":
             victims, inflation = pick_victims_by_cost(
                 residents, missing, now, MIN_RESIDENCY_S, self.inflation)
@@ -326,18 +320,9 @@ class Simulation:
         self.result.evictions += 1
         self._unload(now, index, evicted=True)
 
-    def _residents(self, now: float, index: int,
-                   spare_within: float | None = None) -> list[Resident]:
-        found = []
-        for other, model in enumerate(self.models):
-            if model.loaded and other != index:
-                resident = self._resident(now, other)
-                if spare_within is not None and not resident.holds \
-                        and resident.next_use_s is not None \
-                        and resident.next_use_s <= spare_within:
-                    resident = replace(resident, holds="expected back sooner")
-                found.append(resident)
-        return found
+    def _residents(self, now: float, index: int) -> list[Resident]:
+        return [self._resident(now, other) for other, model in enumerate(self.models)
+                if model.loaded and other != index]
 
     def _resident(self, now: float, index: int) -> Resident:
         model = self.models[index]

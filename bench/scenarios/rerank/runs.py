@@ -20,7 +20,7 @@ from harness.daemon import Daemon
 from harness.status import wait_idle
 
 from scenarios.embeddings.infinity import Infinity
-from scenarios.embeddings.runs import pytest_running
+from scenarios.embeddings.runs import cut_runs, pytest_running
 from scenarios.rerank.model import TEI, Rerank, Target
 
 LOAD = Path(__file__).resolve().parent / "load.py"
@@ -28,7 +28,6 @@ CEIL_REQUEST = "predict(32 pairs of a request)"
 CEIL_SORTED = "predict(128 pairs of 4 requests, batch_size=32)"
 CEIL_FORWARD = "model forward only: 4 requests' pairs tokenized before, sorted runs of 512 tokens"
 CEILINGS = (CEIL_REQUEST, CEIL_SORTED, CEIL_FORWARD)
-RUN_TOKENS = 512  # the daemon's max_batch_tokens on a CPU
 
 
 @dataclass(frozen=True)
@@ -212,20 +211,14 @@ def ceiling(model: Any, reranks: Sequence[Rerank], label: str, round_no: int,
 
 
 def sorted_runs(model: Any, pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The pairs tokenized as CrossEncoder does, sorted by length and cut into runs of at most
-    RUN_TOKENS padded tokens (the daemon's runs, runtime/text/by_length.py), as torch inputs."""
+    """The pairs tokenized as CrossEncoder does, in the daemon's sorted runs (cut_runs), as
+    torch inputs."""
     tokenizer = model.tokenizer
     lengths = [len(ids) for ids in tokenizer([p[0] for p in pairs], [p[1] for p in pairs],
                                              truncation=True)["input_ids"]]
-    order = sorted(range(len(pairs)), key=lengths.__getitem__)
-    runs: list[list[int]] = [[]]
-    for index in order:
-        if runs[-1] and (len(runs[-1]) + 1) * lengths[index] > RUN_TOKENS:
-            runs.append([])
-        runs[-1].append(index)
     return [dict(tokenizer([pairs[i][0] for i in run], [pairs[i][1] for i in run],
                            padding=True, truncation=True, return_tensors="pt"))
-            for run in runs]
+            for run in cut_runs(lengths)]
 
 
 def forward_ceiling(model: Any, reranks: Sequence[Rerank], round_no: int,

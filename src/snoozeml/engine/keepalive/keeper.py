@@ -100,6 +100,7 @@ class KeepAlive:
         self.history = history if history is not None else IdleHistogram()
         self.settings = settings or KeepAliveSettings()
         self.plan: Plan | None = None  # the last one worked out (adaptive models only)
+        self._fixed = Plan(self.fallback_s, None, None, "fixed")  # a fixed model's, always
         self.idle_since: float | None = None  # monotonic end of the last request, while idle
         self.held_since: float | None = None  # loaded and idle since (memory-time)
         self.requests = 0  # request leases taken, ever
@@ -274,7 +275,7 @@ class KeepAlive:
         """Seconds until the next request is expected (policy.py's `next_arrival_s`, as the
         benchmark's simulator reads it; a fixed model's from its median gap, which cost-aware
         eviction reads too): None while busy, with a young history, or overdue."""
-        chosen = self.plan if self.adaptive else Plan(self.fallback_s, None, None, "fixed")
+        chosen = self.plan if self.adaptive else self._fixed
         if chosen is None or self.idle_since is None:
             return None
         return next_arrival_s(self.history, chosen, now - self.idle_since, self.settings)

@@ -29,7 +29,6 @@ from snoozeml.engine.memory.victims import (
     Prewarming,
     Resident,
     budget_bytes,
-    eviction_priority,
     pick_victims,
     pick_victims_by_cost,
     shortfall,
@@ -231,9 +230,6 @@ class MemoryManager:
     ) -> list[Resident]:
         now = self._clock()
         inflation = self._inflation.get(device, 0.0)
-        spare_within = None if prewarm is None else prewarm.window_s
-        worth = None if prewarm is None or not self.cost_aware \
-            else prewarm.worth(size, inflation)
         clocks: dict[str, tuple[float, float]] = {}  # the models still here: no growth
         found = []
         for tenant in self._tenants():
@@ -245,21 +241,17 @@ class MemoryManager:
             if colder_than is not None and not resident.holds \
                     and resident.last_used >= colder_than:
                 resident = replace(resident, holds="used since the spike")
-            if spare_within is not None and not resident.holds \
-                    and resident.next_use_s is not None and resident.next_use_s <= spare_within:
-                resident = replace(resident, holds="expected back sooner")
             if self.cost_aware:  # Greedy-Dual's clock at the model's last use
                 seen = self._clocks.get(device, {}).get(tenant.name)
                 if seen is None or seen[0] != resident.last_used:
                     seen = (resident.last_used, inflation)
                 clocks[tenant.name] = seen
                 resident = replace(resident, clock=seen[1])
-                if worth is not None and not resident.holds \
-                        and eviction_priority(resident, inflation) >= worth:
-                    resident = replace(resident, holds="worth more than the pre-warm")
             found.append(resident)
         if self.cost_aware:
             self._clocks[device] = clocks
+        if prewarm is not None:
+            found = prewarm.spare(found, size, inflation if self.cost_aware else None)
         return found
 
     def _explain(

@@ -7,7 +7,7 @@ MemoryManager applies them; bench/run.py keepalive's simulator calls them as the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,24 @@ class Prewarming:
         due = None if self.window_s is None else self.window_s / 2
         return eviction_priority(Resident("", size, 0.0, 0.0, "", load_s=self.load_s,
                                           next_use_s=due), inflation)
+
+    def spare(self, residents: Iterable[Resident], size: int,
+              inflation: float | None) -> list[Resident]:
+        """`residents` with those the pre-warm (of `size` bytes) must not evict held: expected
+        back within its window, or, evicting by cost (`inflation` not None), worth keeping as
+        much as it is."""
+        worth = None if inflation is None else self.worth(size, inflation)
+        found = []
+        for resident in residents:
+            if not resident.holds and self.window_s is not None \
+                    and resident.next_use_s is not None \
+                    and resident.next_use_s <= self.window_s:
+                resident = replace(resident, holds="expected back sooner")
+            elif not resident.holds and worth is not None \
+                    and eviction_priority(resident, inflation or 0.0) >= worth:
+                resident = replace(resident, holds="worth more than the pre-warm")
+            found.append(resident)
+        return found
 
 
 def pick_victims_by_cost(

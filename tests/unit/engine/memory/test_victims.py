@@ -256,3 +256,16 @@ def test_a_prewarm_is_worth_its_pace_half_way_into_its_window() -> None:
     assert Prewarming(60.0, 2.0).worth(100 * MiB, 5.0) == pytest.approx(5.0 + 20 * 2.0 / 100)
     # no window known: its next request unknown, one request's worth
     assert Prewarming(None, 2.0).worth(100 * MiB, 5.0) == pytest.approx(5.0 + 2.0 / 100)
+
+
+@pytest.mark.parametrize(("inflation", "held"), [
+    pytest.param(0.0, ["busy", "expected back sooner", "worth more than the pre-warm", ""],
+                 id="by-cost"),
+    pytest.param(None, ["busy", "expected back sooner", "", ""], id="least-recently-used"),
+])
+def test_what_a_prewarm_spares(inflation: float | None, held: list[str]) -> None:
+    # the pre-warm: a 60 s window, due in 30 s (worth 20 x 1 s per MiB at 100 MiB)
+    residents = [costed("busy", 100, holds="busy"), costed("soon", 100, next_use_s=50.0),
+                 costed("busier", 100, uses=30), costed("cheap", 100, uses=3)]
+    spared = Prewarming(60.0, 1.0).spare(residents, 100 * MiB, inflation)
+    assert [r.holds for r in spared] == held
